@@ -1,0 +1,227 @@
+//! Element types: f32, f16 and bf16 (from `half`). Inputs are widened to f32 exactly; the output is
+//! rounded once, to nearest even, at the end (docs/numerics.md §7).
+
+use half::{bf16, f16};
+use std::fmt;
+
+/// The element type of Q, K, V and the output (all four share it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16 (the upper half of a binary32).
+    Bf16,
+}
+
+impl DType {
+    /// All dtypes, in a fixed order.
+    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::Bf16];
+
+    /// The name used by the CLI and in digests' documentation (`f32`, `f16`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::Bf16 => 2,
+        }
+    }
+
+    /// The code of this dtype in the digest encoding and the kernel ABI.
+    pub fn code(self) -> u8 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Bf16 => 2,
+        }
+    }
+
+    /// Significand bits of the format, counting the implicit one (24, 11, 8).
+    pub fn precision_bits(self) -> u32 {
+        match self {
+            DType::F32 => 24,
+            DType::F16 => 11,
+            DType::Bf16 => 8,
+        }
+    }
+
+    /// The largest finite value, as f32 (numerics.md §5 `MAXT`).
+    pub fn max_finite(self) -> f32 {
+        match self {
+            DType::F32 => f32::MAX,
+            DType::F16 => 65504.0,
+            DType::Bf16 => f32::from_bits(0x7F7F_0000),
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(DType::F32),
+            "f16" => Ok(DType::F16),
+            "bf16" => Ok(DType::Bf16),
+            _ => Err(format!("unknown dtype {s:?}: expected f32, f16 or bf16")),
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// An element type the library computes on. Implemented for `f32`, `half::f16`, `half::bf16` only.
+pub trait Element:
+    Copy + Send + Sync + Default + fmt::Debug + PartialEq + 'static + sealed::Sealed
+{
+    /// The runtime tag.
+    const DTYPE: DType;
+    /// Exact widening to f32.
+    fn to_f32(self) -> f32;
+    /// Round a finite f32 (already saturated to this type's range) to nearest even.
+    fn from_f32_rne(x: f32) -> Self;
+    /// The canonical quiet NaN written to rows poisoned under the propagate policy.
+    fn canonical_nan() -> Self;
+    /// Little-endian bytes of the raw encoding (for digests).
+    fn write_le(self, out: &mut Vec<u8>);
+    /// The raw bits, widened (for bit-for-bit comparisons in tests and the CLI).
+    fn to_bits_u32(self) -> u32;
+    /// The inverse of [`to_bits_u32`](Element::to_bits_u32) (upper bits ignored for 16-bit types).
+    fn from_bits_u32(bits: u32) -> Self;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32_rne(x: f32) -> Self {
+        x
+    }
+    fn canonical_nan() -> Self {
+        f32::from_bits(0x7FC0_0000)
+    }
+    fn write_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bits().to_le_bytes());
+    }
+    fn to_bits_u32(self) -> u32 {
+        self.to_bits()
+    }
+    #[inline(always)]
+    fn from_bits_u32(bits: u32) -> Self {
+        f32::from_bits(bits)
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32_rne(x: f32) -> Self {
+        // `half` rounds to nearest even (IEEE conversion), as numerics.md §7 requires.
+        f16::from_f32(x)
+    }
+    fn canonical_nan() -> Self {
+        f16::from_bits(0x7E00)
+    }
+    fn write_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bits().to_le_bytes());
+    }
+    fn to_bits_u32(self) -> u32 {
+        u32::from(self.to_bits())
+    }
+    #[inline(always)]
+    fn from_bits_u32(bits: u32) -> Self {
+        f16::from_bits(bits as u16)
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::Bf16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32_rne(x: f32) -> Self {
+        // Written out rather than delegated so that the rule is the one numerics.md §7 states,
+        // for finite inputs: add 0x7FFF plus the lowest kept bit, truncate.
+        let b = x.to_bits();
+        bf16::from_bits(((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16)
+    }
+    fn canonical_nan() -> Self {
+        bf16::from_bits(0x7FC0)
+    }
+    fn write_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bits().to_le_bytes());
+    }
+    fn to_bits_u32(self) -> u32 {
+        u32::from(self.to_bits())
+    }
+    #[inline(always)]
+    fn from_bits_u32(bits: u32) -> Self {
+        bf16::from_bits(bits as u16)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounding_matches_half_for_finite_values() {
+        // An independent implementation (half's) must agree on every finite pattern we try.
+        let mut x: u32 = 0x1234_5678;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let f = f32::from_bits(x);
+            if !f.is_finite() || f.abs() > DType::Bf16.max_finite() {
+                continue;
+            }
+            assert_eq!(
+                <bf16 as Element>::from_f32_rne(f).to_bits(),
+                bf16::from_f32(f).to_bits(),
+                "{f:e}"
+            );
+        }
+    }
+
+    #[test]
+    fn saturated_values_never_round_to_infinity() {
+        for dt in DType::ALL {
+            let m = dt.max_finite();
+            let r = match dt {
+                DType::F32 => f32::from_f32_rne(m),
+                DType::F16 => f16::from_f32_rne(m).to_f32(),
+                DType::Bf16 => bf16::from_f32_rne(m).to_f32(),
+            };
+            assert!(r.is_finite() && r == m, "{dt}: {r}");
+        }
+    }
+}

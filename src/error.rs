@@ -1,0 +1,194 @@
+//! The one error type. Every invalid input is reported here, before any work is done and before
+//! any output is written; the library does not panic on user input.
+
+use std::fmt;
+
+/// Which tensor an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorName {
+    /// The queries, `[B, Hq, Sq, D]`.
+    Q,
+    /// The keys, `[B, Hkv, Skv, D]`.
+    K,
+    /// The values, `[B, Hkv, Skv, D]`.
+    V,
+    /// The boolean mask, `[B or 1, Hq or 1, Sq, Skv]`.
+    Mask,
+    /// The output, `[B, Hq, Sq, D]`.
+    Out,
+}
+
+impl fmt::Display for TensorName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TensorName::Q => "q",
+            TensorName::K => "k",
+            TensorName::V => "v",
+            TensorName::Mask => "mask",
+            TensorName::Out => "out",
+        })
+    }
+}
+
+/// Everything that can go wrong. Messages name the argument, what was expected and what was given.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A shape dimension is outside its accepted range.
+    #[error("{name} must be in {min}..={max}, got {value}")]
+    DimensionOutOfRange {
+        /// The dimension (`batch`, `q_heads`, `kv_heads`, `q_len`, `kv_len`, `head_dim`).
+        name: &'static str,
+        /// What was given.
+        value: usize,
+        /// Smallest accepted value.
+        min: usize,
+        /// Largest accepted value.
+        max: usize,
+    },
+    /// `q_heads` is not a multiple of `kv_heads` (GQA/MQA need whole groups).
+    #[error("q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")]
+    HeadsNotDivisible {
+        /// Query heads given.
+        q_heads: usize,
+        /// KV heads given.
+        kv_heads: usize,
+    },
+    /// The scale is not a finite positive number.
+    #[error("scale must be finite and > 0, got {value}")]
+    InvalidScale {
+        /// What was given.
+        value: f32,
+    },
+    /// The per-batch key lengths do not have one entry per batch element.
+    #[error("kv_lens must have one entry per batch element: expected {expected}, got {got}")]
+    KvLensCount {
+        /// The batch size.
+        expected: usize,
+        /// Entries given.
+        got: usize,
+    },
+    /// A per-batch key length exceeds the KV tensors' length.
+    #[error("kv_lens[{batch}] must be in 0..={max} (the kv_len of the K/V tensors), got {value}")]
+    KvLenOutOfRange {
+        /// Which batch element.
+        batch: usize,
+        /// What was given.
+        value: usize,
+        /// The KV tensors' length.
+        max: usize,
+    },
+    /// A tensor's size in elements overflows the address space.
+    #[error("{tensor} has too many elements for this platform ({what})")]
+    SizeOverflow {
+        /// Which tensor.
+        tensor: TensorName,
+        /// The product that overflowed.
+        what: String,
+    },
+    /// A tensor slice has the wrong number of elements for the problem's shape.
+    #[error("{tensor} must have {expected} elements ({shape}), got {got}")]
+    TensorLength {
+        /// Which tensor.
+        tensor: TensorName,
+        /// Elements the shape needs.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+        /// The expected shape, as text.
+        shape: String,
+    },
+    /// The problem declares a mask but none was given, or the other way round.
+    #[error("mask presence mismatch: the problem {declared} a mask, the inputs {given} one")]
+    MaskPresence {
+        /// "declares" / "does not declare".
+        declared: &'static str,
+        /// "give" / "do not give".
+        given: &'static str,
+    },
+    /// A NaN or infinity was found under [`NonFinitePolicy::Reject`](crate::NonFinitePolicy).
+    #[error("{tensor} holds a NaN or infinity (policy: reject; nothing was computed or written)")]
+    NonFinite {
+        /// The first tensor, in the order q, k, v, that holds one.
+        tensor: TensorName,
+    },
+    /// The chosen path does not take this head dimension.
+    #[error("the {path} path takes head_dim in {supported}, got {head_dim}")]
+    HeadDimUnsupported {
+        /// The path.
+        path: crate::Path,
+        /// What was given.
+        head_dim: usize,
+        /// The accepted values, as text.
+        supported: &'static str,
+    },
+    /// The chosen path is not available on the chosen backend.
+    #[error("the {path} path is not available on the {backend} backend: {reason}")]
+    PathUnavailable {
+        /// The path asked for.
+        path: crate::Path,
+        /// The backend it was asked on.
+        backend: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A thread pool of the requested size could not be built.
+    #[error("cannot build a CPU thread pool of {threads} threads: {reason}")]
+    ThreadPool {
+        /// Threads asked for.
+        threads: usize,
+        /// What rayon said.
+        reason: String,
+    },
+    /// No CUDA driver library could be loaded on this machine.
+    #[error("no CUDA driver: {reason}")]
+    NoCudaDriver {
+        /// What was looked for.
+        reason: String,
+    },
+    /// The GPU's architecture has no embedded kernel.
+    #[error("GPU {ordinal} ({name}) is sm_{major}{minor}; detattn ships kernels for {supported}")]
+    UnsupportedGpu {
+        /// Device ordinal.
+        ordinal: usize,
+        /// Device name.
+        name: String,
+        /// Compute capability major.
+        major: i32,
+        /// Compute capability minor.
+        minor: i32,
+        /// The supported architectures, as text.
+        supported: String,
+    },
+    /// An embedded kernel binary does not match the SHA-256 in its manifest.
+    #[error(
+        "embedded cubin {file} fails its integrity check: manifest sha256 {expected}, actual {actual}"
+    )]
+    CubinIntegrity {
+        /// The cubin's file name.
+        file: String,
+        /// Hash in the manifest.
+        expected: String,
+        /// Hash of the embedded bytes.
+        actual: String,
+    },
+    /// A device buffer is on another GPU than the engine's.
+    #[error("{tensor} lives on another device than this engine's (GPU {ordinal})")]
+    WrongDevice {
+        /// Which tensor.
+        tensor: TensorName,
+        /// The engine's ordinal.
+        ordinal: usize,
+    },
+    /// A CUDA driver call failed (including kernel faults reported at synchronisation).
+    #[error("CUDA error in {op}: {message}")]
+    Cuda {
+        /// What was being done.
+        op: &'static str,
+        /// The driver's message.
+        message: String,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,84 @@
+//! # detattn — attention you can audit
+//!
+//! Scaled dot-product attention (forward) whose outputs are **bitwise reproducible**, whose
+//! running time does **not depend on the values** it computes on, and which **never produces NaN
+//! or ±inf from finite input**.
+//!
+//! ## What is promised
+//!
+//! On the [`Path::Exact`] path (the only one built so far):
+//!
+//! - **The bits are defined by a document.** `docs/numerics.md` fixes every operation and its
+//!   order; the CPU backend implements it and the CUDA backend mirrors it. Same inputs, same
+//!   options: same output bits on every run (D1), whatever the batch around a problem (D2),
+//!   decode or prefill (D3), whichever subset of query rows is computed (D4), whatever the thread
+//!   count (D5), CPU or GPU (D6).
+//! - **No NaN, no ±inf from finite input**, including values at the dtype's largest magnitude. A
+//!   row with no valid key (fully masked, or a key length of 0) is exactly 0.
+//! - **Non-finite input** follows the [`NonFinitePolicy`] you choose: rejected with an error that
+//!   names the tensor (the default), or propagated as the canonical NaN to exactly the affected
+//!   rows.
+//! - **Typed errors, before any work.** Every invalid shape, length, option or buffer is an
+//!   [`Error`] naming the argument; the library does not panic on user input and leaves the
+//!   output untouched when it returns an error.
+//! - **No branch, loop bound or address depends on the values** of Q, K, V or the mask on either
+//!   backend: masked keys contribute zero by selection; only public data (shapes, key lengths, the
+//!   causal flag) decide what is skipped.
+//!
+//! ## What is not promised
+//!
+//! - Equality with PyTorch or any other library: the results agree to rounding
+//!   (`docs/numerics.md` §9 gives the bound against an f64 reference), not bit for bit.
+//! - Constant time against power, frequency or co-tenant cache contention (see
+//!   `docs/threat-model.md`). The CPU backend's constant-time property rests on the compiler not
+//!   turning bit selections into branches; the audit (`audit/`) checks the GPU machine code.
+//! - The `TensorCore` path does not exist yet; asking for it is an error, never a fallback.
+//!
+//! ## Example
+//!
+//! ```
+//! use detattn::{Engine, Problem, Shape};
+//!
+//! // B=1, Hq=4, Hkv=2 (GQA), Sq=3, Skv=5, D=8, causal (bottom-right aligned).
+//! let problem = Problem::builder(Shape::new(1, 4, 2, 3, 5, 8)).causal(true).build()?;
+//! let q = vec![0.5f32; 4 * 3 * 8];
+//! let k: Vec<f32> = (0..2 * 5 * 8).map(|i| (i % 7) as f32 - 3.0).collect();
+//! let v: Vec<f32> = (0..2 * 5 * 8).map(|i| (i % 5) as f32).collect();
+//!
+//! let engine = Engine::cpu();
+//! let out = engine.run(&problem, &q, &k, &v, None)?;
+//! assert_eq!(out.len(), 4 * 3 * 8);
+//! assert!(out.iter().all(|x| x.is_finite()));
+//!
+//! // The same call gives the same bits, and the digest pins them.
+//! let again = engine.run(&problem, &q, &k, &v, None)?;
+//! let d = detattn::digest(detattn::Path::Exact, [1, 4, 3, 8], &out);
+//! assert_eq!(d, detattn::digest(detattn::Path::Exact, [1, 4, 3, 8], &again));
+//! # Ok::<(), detattn::Error>(())
+//! ```
+//!
+//! ## Where to read next
+//!
+//! [`problem`] (what is valid) → [`numerics`] (the contract) → `cpu` (the reference) →
+//! `cuda` and `kernels/` (the mirror) → `audit/` (the evidence).
+
+#![deny(missing_docs)]
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+mod digest;
+mod dtype;
+mod engine;
+mod error;
+pub mod golden;
+pub mod inputs;
+pub mod numerics;
+pub mod problem;
+
+pub use digest::{DIGEST_VERSION, Digest, digest};
+pub use dtype::{DType, Element};
+pub use engine::{Backend, Engine, Path};
+pub use error::{Error, Result, TensorName};
+pub use half::{bf16, f16};
+pub use problem::{MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Shape};

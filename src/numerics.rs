@@ -1,0 +1,277 @@
+//! The `Exact` numerics contract, one function per step of `docs/numerics.md`.
+//!
+//! `kernels/numerics.cuh` mirrors this file function for function, with the same names; each
+//! function here names the section it implements. Only IEEE add, subtract, multiply, fma
+//! (`f32::mul_add`), max/min on non-NaN values and integer/bit operations are used, in the order
+//! written, so the results are the same bits on every machine. Nothing branches on a value:
+//! selections go through [`sel`], a bit mask.
+
+/// Keys per tile (§4).
+pub const TILE: usize = 64;
+/// Largest key length accepted (§4: keeps `l ≤ 1/4`).
+pub const MAX_KV_LEN: usize = 1 << 24;
+
+/// Largest finite f32.
+pub const FLT_MAX: f32 = f32::MAX;
+/// log2(e) (§6).
+pub const L2E: f32 = f32::from_bits(0x3FB8_AA3B);
+/// 1.5·2²³: adding it rounds to an integer (§6).
+pub const SHIFTER: f32 = f32::from_bits(0x4B40_0000);
+/// ln 2, high part (§6).
+pub const LN2_HI: f32 = f32::from_bits(0x3F31_7200);
+/// ln 2, low part (§6).
+pub const LN2_LO: f32 = f32::from_bits(0x35BF_BE8E);
+/// Polynomial coefficients of e^r, degree 7 down to 2 (§6).
+pub const P7: f32 = f32::from_bits(0x3950_6967);
+#[allow(missing_docs)]
+pub const P6: f32 = f32::from_bits(0x3AB7_43CE);
+#[allow(missing_docs)]
+pub const P5: f32 = f32::from_bits(0x3C08_8908);
+#[allow(missing_docs)]
+pub const P4: f32 = f32::from_bits(0x3D2A_A9C1);
+#[allow(missing_docs)]
+pub const P3: f32 = f32::from_bits(0x3E2A_AAAA);
+#[allow(missing_docs)]
+pub const P2: f32 = f32::from_bits(0x3F00_0000);
+/// Lower clamp of exp's argument (§4).
+pub const ZMIN: f32 = f32::from_bits(0xC2A0_0000);
+/// Weight scale 2⁻²⁶ (§4).
+pub const W: f32 = f32::from_bits(0x3280_0000);
+/// Reciprocal seed slope, −32/17 (§5).
+pub const R1: f32 = f32::from_bits(0xBFF0_F0F1);
+/// Reciprocal seed intercept, 48/17 (§5).
+pub const R0: f32 = f32::from_bits(0x4034_B4B5);
+
+/// All ones when `c`, else zero: the mask behind every selection.
+#[inline(always)]
+pub fn mask_of(c: bool) -> u32 {
+    (c as u32).wrapping_neg()
+}
+
+/// `c ? a : b` without a branch (notation of the document).
+#[inline(always)]
+pub fn sel(c: bool, a: f32, b: f32) -> f32 {
+    let m = mask_of(c);
+    f32::from_bits((a.to_bits() & m) | (b.to_bits() & !m))
+}
+
+/// §2.1 The biased exponent field.
+#[inline(always)]
+pub fn expfield(x: f32) -> u32 {
+    (x.to_bits() >> 23) & 0xFF
+}
+
+/// §2.2 All ones when `x` is NaN or ±inf.
+#[inline(always)]
+pub fn nonfinite_mask(x: f32) -> u32 {
+    mask_of(expfield(x) == 0xFF)
+}
+
+/// §2.2 NaN and ±inf become +0.
+#[inline(always)]
+pub fn sanitize(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & !nonfinite_mask(x))
+}
+
+/// §2.3 The row shift from the largest exponent field of the (sanitised) row.
+#[inline(always)]
+pub fn row_shift(max_expfield: u32) -> i32 {
+    let e = max_expfield.max(1) as i32;
+    (127 - e).max(-126)
+}
+
+/// §2.4 2^k for k in [−126, 127], built from bits.
+#[inline(always)]
+pub fn pow2(k: i32) -> f32 {
+    f32::from_bits(((k + 127) as u32) << 23)
+}
+
+/// §2.2–2.5 Sanitise a row in place, scale it by its power of two; returns (shift, bad).
+/// `scale_row = false` sanitises only (V rows).
+#[inline(always)]
+pub fn prepare_row(row: &mut [f32], scale_row: bool) -> (i32, bool) {
+    let mut bad = 0u32;
+    let mut emax = 0u32;
+    for x in row.iter_mut() {
+        bad |= nonfinite_mask(*x);
+        *x = sanitize(*x);
+        emax = emax.max(expfield(*x));
+    }
+    if !scale_row {
+        return (0, bad != 0);
+    }
+    let shift = row_shift(emax);
+    let f = pow2(shift);
+    for x in row.iter_mut() {
+        *x *= f;
+    }
+    (shift, bad != 0)
+}
+
+/// §3 From the fma chain `s` to the saturated, scaled score.
+#[inline(always)]
+pub fn score_finish(s: f32, scale: f32, sq: i32, sk: i32) -> f32 {
+    let u = -(sq + sk);
+    let a = u >> 1;
+    let b = u - a;
+    let x = ((s * scale) * pow2(a)) * pow2(b);
+    x.max(-FLT_MAX).min(FLT_MAX)
+}
+
+/// §4 `clamp(z) = min(max(z, ZMIN), 0)`.
+#[inline(always)]
+pub fn clamp_z(z: f32) -> f32 {
+    z.max(ZMIN).min(0.0)
+}
+
+/// §6 Software e^z for z in [−80, 0].
+#[inline(always)]
+pub fn exp(z: f32) -> f32 {
+    let t = z.mul_add(L2E, SHIFTER);
+    let nf = t - SHIFTER;
+    let n = (t.to_bits() as i32) - 0x4B40_0000;
+    let r = nf.mul_add(-LN2_HI, z);
+    let r = nf.mul_add(-LN2_LO, r);
+    let mut p = P7;
+    p = p.mul_add(r, P6);
+    p = p.mul_add(r, P5);
+    p = p.mul_add(r, P4);
+    p = p.mul_add(r, P3);
+    p = p.mul_add(r, P2);
+    p = p.mul_add(r, 1.0);
+    p = p.mul_add(r, 1.0);
+    p * pow2(n)
+}
+
+/// §5 1/l for a normal positive l, by a fixed Newton sequence.
+#[inline(always)]
+pub fn recip(l: f32) -> f32 {
+    let bits = l.to_bits();
+    let e = bits >> 23;
+    let m = f32::from_bits((bits & 0x007F_FFFF) | 0x3F00_0000);
+    let mut r = m.mul_add(R1, R0);
+    r = r.mul_add((-m).mul_add(r, 1.0), r);
+    r = r.mul_add((-m).mul_add(r, 1.0), r);
+    r = r.mul_add((-m).mul_add(r, 1.0), r);
+    r * f32::from_bits((253 - e) << 23)
+}
+
+/// §5 a / l, as a fixed sequence with one correction step.
+#[inline(always)]
+pub fn div(a: f32, l: f32) -> f32 {
+    let r = recip(l);
+    let q = (a * r).max(-FLT_MAX).min(FLT_MAX);
+    let e = (-q).mul_add(l, a);
+    e.mul_add(r, q)
+}
+
+/// §5 `lsafe`: the divisor, 1 when no key was valid.
+#[inline(always)]
+pub fn l_safe(l: f32) -> f32 {
+    sel(l > 0.0, l, 1.0)
+}
+
+/// §5 One output element before rounding: divide, canonicalise zero, saturate to `maxt`.
+#[inline(always)]
+pub fn finalize(acc: f32, lsafe: f32, maxt: f32) -> f32 {
+    let o = div(acc, lsafe) + 0.0;
+    o.max(-maxt).min(maxt)
+}
+
+/// The default scale, `RN_f32(1/sqrt(D))` computed in f64 (§3).
+pub fn default_scale(head_dim: usize) -> f32 {
+    (1.0f64 / (head_dim as f64).sqrt()) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_exact_at_zero_and_accurate_on_its_range() {
+        assert_eq!(exp(0.0).to_bits(), 1.0f32.to_bits());
+        assert_eq!(exp(-0.0).to_bits(), 1.0f32.to_bits());
+        let mut worst = 0.0f64;
+        let n = 2_000_000;
+        for i in 0..=n {
+            let z = ZMIN * (i as f32 / n as f32);
+            let got = exp(z) as f64;
+            let want = (z as f64).exp();
+            let ulp = f64::from(f32::EPSILON) * want; // ulp of a value in [want, 2·want)
+            worst = worst.max((got - want).abs() / ulp);
+        }
+        // numerics.md §6 promises under 4 ulp.
+        assert!(worst < 4.0, "worst error {worst} ulp");
+    }
+
+    #[test]
+    fn exp_is_monotone_non_increasing_towards_zmin() {
+        let mut prev = exp(0.0);
+        let mut z = 0.0f32;
+        while z > ZMIN {
+            z -= 1.0 / 1024.0;
+            let e = exp(z);
+            assert!(e <= prev, "exp not monotone at {z}");
+            prev = e;
+        }
+    }
+
+    #[test]
+    fn div_is_within_one_ulp_of_ieee_division() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..1_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // l in [2^-26, 1/4], a anywhere in ±2^100.
+            let l = f32::from_bits(0x3280_0000 + ((x as u32) % (0x3E80_0000 - 0x3280_0000)));
+            let a = f32::from_bits(((x >> 32) as u32) & 0xB1FF_FFFF);
+            let got = div(a, l);
+            let want = a / l;
+            let d = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(d <= 1, "{a:e}/{l:e}: {got:e} vs {want:e}");
+        }
+    }
+
+    #[test]
+    fn div_never_yields_nan_or_inf_at_the_extremes() {
+        for &a in &[FLT_MAX, -FLT_MAX, FLT_MAX / 3.0, 0.0, -0.0, 1e-45] {
+            for &l in &[W, 0.25, 1.0, 0.999_999_9, W * 3.0] {
+                let q = div(a, l);
+                assert!(!q.is_nan(), "{a}/{l}");
+                let o = finalize(a, l, FLT_MAX);
+                assert!(o.is_finite(), "{a}/{l} -> {o}");
+            }
+        }
+    }
+
+    #[test]
+    fn pow2_and_row_shift_cover_their_ranges() {
+        for k in -126..=127 {
+            assert_eq!(pow2(k), 2f64.powi(k) as f32);
+        }
+        assert_eq!(row_shift(0), 126);
+        assert_eq!(row_shift(1), 126);
+        assert_eq!(row_shift(127), 0);
+        assert_eq!(row_shift(254), -126);
+    }
+
+    #[test]
+    fn score_finish_is_exact_for_ordinary_rows() {
+        // With shifts that cancel to zero the score is RN(s·scale), the unscaled product.
+        for &(s, sc) in &[(3.5f32, 0.125f32), (-1234.5, 0.088_388_35), (1e-3, 0.3)] {
+            assert_eq!(score_finish(s, sc, 1, -1).to_bits(), (s * sc).to_bits());
+        }
+        assert_eq!(score_finish(f32::MAX, 8.0, -126, -126), f32::MAX);
+        assert_eq!(score_finish(-f32::MAX, 8.0, -126, -126), -f32::MAX);
+    }
+
+    #[test]
+    fn sanitize_and_selection() {
+        assert_eq!(sanitize(f32::NAN).to_bits(), 0);
+        assert_eq!(sanitize(f32::NEG_INFINITY).to_bits(), 0);
+        assert_eq!(sanitize(-2.5), -2.5);
+        assert_eq!(sel(true, 1.0, 2.0), 1.0);
+        assert_eq!(sel(false, 1.0, 2.0), 2.0);
+    }
+}

@@ -1,0 +1,376 @@
+//! What a valid problem is. A [`Problem`] can only be built through [`ProblemBuilder::build`],
+//! which checks every public parameter; [`Problem::check_inputs`] checks the tensors against it.
+//! Both run before any work, so an error never leaves a partial output behind.
+
+use crate::error::{Error, Result, TensorName};
+use crate::numerics::{MAX_KV_LEN, default_scale};
+
+/// Largest head dimension of the `Exact` path.
+pub const MAX_HEAD_DIM: usize = 8192;
+/// Largest batch, head count or query length accepted (keeps every index in 32 bits on the GPU).
+pub const MAX_DIM: usize = 1 << 24;
+
+/// The shape of one attention problem. Q is `[batch, q_heads, q_len, head_dim]`; K and V are
+/// `[batch, kv_heads, kv_len, head_dim]`; the output has Q's shape. All tensors are contiguous,
+/// row-major.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// B.
+    pub batch: usize,
+    /// Hq, a multiple of `kv_heads` (equal: MHA; larger: GQA; `kv_heads == 1`: MQA).
+    pub q_heads: usize,
+    /// Hkv.
+    pub kv_heads: usize,
+    /// Sq.
+    pub q_len: usize,
+    /// Skv, the length of the K and V tensors.
+    pub kv_len: usize,
+    /// D.
+    pub head_dim: usize,
+}
+
+impl Shape {
+    /// A shape; checked when the problem is built.
+    pub fn new(
+        batch: usize,
+        q_heads: usize,
+        kv_heads: usize,
+        q_len: usize,
+        kv_len: usize,
+        head_dim: usize,
+    ) -> Self {
+        Shape {
+            batch,
+            q_heads,
+            kv_heads,
+            q_len,
+            kv_len,
+            head_dim,
+        }
+    }
+
+    /// Elements of Q and of the output.
+    pub fn q_elems(&self) -> usize {
+        self.batch * self.q_heads * self.q_len * self.head_dim
+    }
+
+    /// Elements of K and of V.
+    pub fn kv_elems(&self) -> usize {
+        self.batch * self.kv_heads * self.kv_len * self.head_dim
+    }
+
+    /// Query heads per KV head.
+    pub fn group(&self) -> usize {
+        self.q_heads / self.kv_heads
+    }
+}
+
+/// Which dimensions of the boolean mask are present; an absent one is broadcast (size 1).
+/// The mask is `[batch or 1, q_heads or 1, q_len, kv_len]`, `true` meaning "attend".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MaskLayout {
+    /// The mask has a batch dimension of size `batch` (else 1, shared by all batch elements).
+    pub per_batch: bool,
+    /// The mask has a head dimension of size `q_heads` (else 1, shared by all heads).
+    pub per_head: bool,
+}
+
+impl MaskLayout {
+    /// `[batch, q_heads, q_len, kv_len]`.
+    pub const FULL: MaskLayout = MaskLayout {
+        per_batch: true,
+        per_head: true,
+    };
+    /// `[1, 1, q_len, kv_len]`, one mask for every batch element and head.
+    pub const SHARED: MaskLayout = MaskLayout {
+        per_batch: false,
+        per_head: false,
+    };
+}
+
+/// What to do with NaN or ±inf in Q, K or V (docs/numerics.md §7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum NonFinitePolicy {
+    /// Return [`Error::NonFinite`] naming the first tensor (q, k, v) holding one; write nothing.
+    /// The scan reads every element and decides once, so it takes the same time whatever it finds.
+    #[default]
+    Reject,
+    /// Write the canonical NaN to exactly the rows whose query row, or some valid key's K or V
+    /// row, holds a non-finite value; compute every other row normally.
+    Propagate,
+}
+
+/// A validated problem: shape and options. Build it with [`Problem::builder`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    shape: Shape,
+    causal: bool,
+    scale: f32,
+    kv_lens: Option<Vec<usize>>,
+    mask: Option<MaskLayout>,
+    nonfinite: NonFinitePolicy,
+}
+
+/// Collects a problem's options; [`build`](ProblemBuilder::build) validates them all.
+#[derive(Clone, Debug)]
+pub struct ProblemBuilder {
+    shape: Shape,
+    causal: bool,
+    scale: Option<f32>,
+    kv_lens: Option<Vec<usize>>,
+    mask: Option<MaskLayout>,
+    nonfinite: NonFinitePolicy,
+}
+
+impl ProblemBuilder {
+    /// Causal masking, **bottom-right aligned**: query row `i` sees key `j` iff
+    /// `j + q_len ≤ i + L` (L the batch element's key length). The last query row sees every key,
+    /// as when decoding against a KV cache. PyTorch's `is_causal` is top-left aligned (`j ≤ i`);
+    /// the two agree only when `q_len == L`.
+    pub fn causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
+
+    /// The softmax scale (finite, > 0). Default: the f32 nearest to `1/sqrt(head_dim)`.
+    pub fn scale(mut self, scale: f32) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    /// Per-batch key lengths (each ≤ `kv_len`): keys at or past `kv_lens[b]` are masked for
+    /// batch element `b`. A length of 0 gives an all-zero output for that batch element.
+    pub fn kv_lens(mut self, kv_lens: Vec<usize>) -> Self {
+        self.kv_lens = Some(kv_lens);
+        self
+    }
+
+    /// Declare a boolean mask of this layout; its values are passed with the inputs.
+    pub fn mask(mut self, layout: MaskLayout) -> Self {
+        self.mask = Some(layout);
+        self
+    }
+
+    /// The non-finite input policy (default [`NonFinitePolicy::Reject`]).
+    pub fn nonfinite(mut self, policy: NonFinitePolicy) -> Self {
+        self.nonfinite = policy;
+        self
+    }
+
+    /// Check every parameter and return the problem.
+    pub fn build(self) -> Result<Problem> {
+        let s = self.shape;
+        let dims: [(&'static str, usize, usize); 6] = [
+            ("batch", s.batch, MAX_DIM),
+            ("q_heads", s.q_heads, MAX_DIM),
+            ("kv_heads", s.kv_heads, MAX_DIM),
+            ("q_len", s.q_len, MAX_DIM),
+            ("kv_len", s.kv_len, MAX_KV_LEN),
+            ("head_dim", s.head_dim, MAX_HEAD_DIM),
+        ];
+        for (name, value, max) in dims {
+            if value < 1 || value > max {
+                return Err(Error::DimensionOutOfRange {
+                    name,
+                    value,
+                    min: 1,
+                    max,
+                });
+            }
+        }
+        if s.q_heads % s.kv_heads != 0 {
+            return Err(Error::HeadsNotDivisible {
+                q_heads: s.q_heads,
+                kv_heads: s.kv_heads,
+            });
+        }
+        let scale = self.scale.unwrap_or_else(|| default_scale(s.head_dim));
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(Error::InvalidScale { value: scale });
+        }
+        if let Some(lens) = &self.kv_lens {
+            if lens.len() != s.batch {
+                return Err(Error::KvLensCount {
+                    expected: s.batch,
+                    got: lens.len(),
+                });
+            }
+            if let Some((batch, &value)) = lens.iter().enumerate().find(|(_, l)| **l > s.kv_len) {
+                return Err(Error::KvLenOutOfRange {
+                    batch,
+                    value,
+                    max: s.kv_len,
+                });
+            }
+        }
+        // Sizes must fit in usize (and so in the GPU's 64-bit offsets).
+        let q = checked_product(TensorName::Q, &[s.batch, s.q_heads, s.q_len, s.head_dim])?;
+        checked_product(TensorName::K, &[s.batch, s.kv_heads, s.kv_len, s.head_dim])?;
+        q.checked_mul(4).ok_or(Error::SizeOverflow {
+            tensor: TensorName::Out,
+            what: "bytes of the output".into(),
+        })?;
+        let p = Problem {
+            shape: s,
+            causal: self.causal,
+            scale,
+            kv_lens: self.kv_lens,
+            mask: self.mask,
+            nonfinite: self.nonfinite,
+        };
+        if p.mask.is_some() {
+            let dims = p.mask_dims();
+            checked_product(TensorName::Mask, &dims)?;
+        }
+        Ok(p)
+    }
+}
+
+fn checked_product(tensor: TensorName, dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::SizeOverflow {
+            tensor,
+            what: format!("{dims:?}"),
+        })
+}
+
+impl Problem {
+    /// Start describing a problem of this shape.
+    pub fn builder(shape: Shape) -> ProblemBuilder {
+        ProblemBuilder {
+            shape,
+            causal: false,
+            scale: None,
+            kv_lens: None,
+            mask: None,
+            nonfinite: NonFinitePolicy::default(),
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+    /// Whether causal (bottom-right aligned) masking applies.
+    pub fn causal(&self) -> bool {
+        self.causal
+    }
+    /// The scale actually used (the default already resolved).
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+    /// Per-batch key lengths, if given.
+    pub fn kv_lens(&self) -> Option<&[usize]> {
+        self.kv_lens.as_deref()
+    }
+    /// The key length of batch element `b`.
+    pub fn kv_len_of(&self, b: usize) -> usize {
+        self.kv_lens.as_ref().map_or(self.shape.kv_len, |l| l[b])
+    }
+    /// The declared mask layout.
+    pub fn mask(&self) -> Option<MaskLayout> {
+        self.mask
+    }
+    /// The non-finite policy.
+    pub fn nonfinite(&self) -> NonFinitePolicy {
+        self.nonfinite
+    }
+
+    /// The mask's dimensions `[Bm, Hm, Sq, Skv]` (only meaningful when a mask is declared).
+    pub fn mask_dims(&self) -> [usize; 4] {
+        let l = self.mask.unwrap_or(MaskLayout::SHARED);
+        let s = &self.shape;
+        [
+            if l.per_batch { s.batch } else { 1 },
+            if l.per_head { s.q_heads } else { 1 },
+            s.q_len,
+            s.kv_len,
+        ]
+    }
+
+    /// Offset of mask row `(b, h, i)` (start of its `kv_len` entries).
+    pub fn mask_row_offset(&self, b: usize, h: usize, i: usize) -> usize {
+        let [_, hm, sq, skv] = self.mask_dims();
+        let l = self.mask.unwrap_or(MaskLayout::SHARED);
+        let bi = if l.per_batch { b } else { 0 };
+        let hi = if l.per_head { h } else { 0 };
+        ((bi * hm + hi) * sq + i) * skv
+    }
+
+    /// One past the last key row `i` of batch element `b` may see, by position alone (key
+    /// length and causality, both public); 0 when it sees none.
+    pub fn key_limit(&self, b: usize, i: usize) -> usize {
+        let l = self.kv_len_of(b);
+        if self.causal {
+            // j + Sq ≤ i + L  ⇔  j < i + L + 1 − Sq
+            (i + l + 1).saturating_sub(self.shape.q_len).min(l)
+        } else {
+            l
+        }
+    }
+
+    /// Check the input slices against the shape. Lengths only: values are the engine's business.
+    pub fn check_inputs(&self, q: usize, k: usize, v: usize, mask: Option<usize>) -> Result<()> {
+        let s = &self.shape;
+        let qs = format!("[{}, {}, {}, {}]", s.batch, s.q_heads, s.q_len, s.head_dim);
+        let ks = format!(
+            "[{}, {}, {}, {}]",
+            s.batch, s.kv_heads, s.kv_len, s.head_dim
+        );
+        for (tensor, got, expected, shape) in [
+            (TensorName::Q, q, s.q_elems(), &qs),
+            (TensorName::K, k, s.kv_elems(), &ks),
+            (TensorName::V, v, s.kv_elems(), &ks),
+        ] {
+            if got != expected {
+                return Err(Error::TensorLength {
+                    tensor,
+                    expected,
+                    got,
+                    shape: shape.clone(),
+                });
+            }
+        }
+        match (self.mask.is_some(), mask) {
+            (true, Some(got)) => {
+                let d = self.mask_dims();
+                let expected = d.iter().product();
+                if got != expected {
+                    return Err(Error::TensorLength {
+                        tensor: TensorName::Mask,
+                        expected,
+                        got,
+                        shape: format!("{d:?}"),
+                    });
+                }
+            }
+            (false, None) => {}
+            (declared, _) => {
+                return Err(Error::MaskPresence {
+                    declared: if declared {
+                        "declares"
+                    } else {
+                        "does not declare"
+                    },
+                    given: if declared { "do not give" } else { "give" },
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Check an output slice's length.
+    pub fn check_output(&self, out: usize) -> Result<()> {
+        let s = &self.shape;
+        if out != s.q_elems() {
+            return Err(Error::TensorLength {
+                tensor: TensorName::Out,
+                expected: s.q_elems(),
+                got: out,
+                shape: format!("[{}, {}, {}, {}]", s.batch, s.q_heads, s.q_len, s.head_dim),
+            });
+        }
+        Ok(())
+    }
+}

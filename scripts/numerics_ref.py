@@ -462,6 +462,15 @@ def selftest() -> bool:
         c[t] = F32(1.0 + rng.getrandbits(23) * 2.0**-23) * F32(2.0 ** rng.randint(-100, 100))
         a[t] = F32(2.0 ** (rng.randint(-40, 0)))
         b[t] = F32(np.spacing(c[t]) / 2 / a[t]) * F32(rng.choice([1, -1, 1.5, -1.5, 0.75]))
+    # double-rounding traps: a*b + c = (midpoint of two f32) - tiny, which binary64 rounds onto
+    # the midpoint (a naive `float64(a)*b + c` then cast to f32 gets these wrong)
+    for t in range(2, n, 11):
+        e = rng.randint(-100, 100)
+        cm = 1 + (2 * rng.getrandbits(22) + 1) * 2.0**-23  # odd significand
+        sg = rng.choice([1.0, -1.0])
+        c[t] = F32(sg * cm * 2.0**e)
+        a[t] = F32(2.0 ** (e - 24) * (1 + 2.0**-23))
+        b[t] = F32(sg * (1 - 2.0**-23))
     for arr in (a, b, c):
         arr[~np.isfinite(arr)] = ONE
     got = fma32(a, b, c)

@@ -1,0 +1,155 @@
+//! `detattn info`: the version, the backends this machine offers, and the embedded kernels.
+
+use crate::{Failure, print_json};
+use clap::Args;
+use serde_json::{Value, json};
+use std::process::ExitCode;
+
+/// Flags of `detattn info`.
+#[derive(Args, Debug)]
+pub(crate) struct InfoArgs {
+    /// Print one JSON document on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
+    let cpu = cpu_info();
+    let cuda = cuda_info();
+    if args.json {
+        print_json(&json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "digest_version": detattn::DIGEST_VERSION,
+            "cpu": cpu,
+            "cuda": cuda,
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("detattn {}", env!("CARGO_PKG_VERSION"));
+    println!("  digest format  v{}", detattn::DIGEST_VERSION);
+    println!("cpu");
+    println!("  model          {}", cpu["model"].as_str().unwrap_or("?"));
+    println!("  threads        {} (rayon pool)", cpu["threads"]);
+    println!("  kernel         {}", cpu["kernel"].as_str().unwrap_or("?"));
+    println!("  paths          exact");
+    println!("cuda");
+    if !cuda["compiled"].as_bool().unwrap_or(false) {
+        println!("  not compiled in (built without the `cuda` feature)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    match cuda["driver"].as_str() {
+        Some(v) => println!("  driver         CUDA {v}"),
+        None => println!(
+            "  driver         none: {}",
+            cuda["driver_error"].as_str().unwrap_or("?")
+        ),
+    }
+    let devices = cuda["devices"].as_array().cloned().unwrap_or_default();
+    if devices.is_empty() {
+        println!("  gpus           none found");
+    }
+    for d in &devices {
+        println!(
+            "  gpu {:<10} {} ({}), {}",
+            d["ordinal"],
+            d["name"].as_str().unwrap_or("?"),
+            d["arch"].as_str().unwrap_or("?"),
+            if d["supported"].as_bool() == Some(true) {
+                "supported"
+            } else {
+                "NOT supported (no embedded kernel for this architecture)"
+            }
+        );
+    }
+    let cubins = cuda["cubins"].as_array().cloned().unwrap_or_default();
+    if cubins.is_empty() {
+        println!("  cubins         none embedded");
+    } else {
+        println!("  cubins         {} embedded", cubins.len());
+        let fw = cubins
+            .iter()
+            .map(|c| c["file"].as_str().unwrap_or("").len())
+            .max()
+            .unwrap_or(0);
+        for c in &cubins {
+            println!(
+                "    {:<fw$}  {:<6}  sha256 {}  {}",
+                c["file"].as_str().unwrap_or("?"),
+                c["arch"].as_str().unwrap_or("?"),
+                c["sha256"].as_str().unwrap_or("?"),
+                if c["verified"].as_bool() == Some(true) {
+                    "verified"
+                } else {
+                    "HASH MISMATCH"
+                }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cpu_info() -> Value {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    json!({
+        "model": model,
+        "threads": rayon::current_num_threads(),
+        "kernel": cpu_kernel(),
+    })
+}
+
+/// Which instruction set the CPU kernel runs with here (the bits are the same either way).
+fn cpu_kernel() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        return "avx2+fma";
+    }
+    "portable"
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_info() -> Value {
+    let p = detattn::cuda::probe();
+    let (driver, driver_error) = match &p.driver {
+        // The driver reports 1000·major + 10·minor.
+        Ok(v) => (
+            Some(format!("{}.{} ({v})", v / 1000, (v % 1000) / 10)),
+            None,
+        ),
+        Err(e) => (None, Some(e.clone())),
+    };
+    let devices: Vec<_> = p
+        .devices
+        .iter()
+        .map(|d| {
+            json!({
+                "ordinal": d.ordinal, "name": d.name, "arch": format!("sm_{}{}", d.major, d.minor),
+                "supported": d.supported,
+            })
+        })
+        .collect();
+    let cubins: Vec<_> = p
+        .cubins
+        .iter()
+        .map(
+            |c| json!({"file": c.file, "arch": c.arch, "sha256": c.sha256, "verified": c.verified}),
+        )
+        .collect();
+    json!({
+        "compiled": true, "driver": driver, "driver_error": driver_error,
+        "devices": devices, "cubins": cubins,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_info() -> Value {
+    json!({"compiled": false, "driver": null, "driver_error": "built without the `cuda` feature",
+           "devices": [], "cubins": []})
+}

@@ -1,0 +1,104 @@
+//! `detattn`: run one attention problem, check the golden digests on every backend, show what the
+//! machine offers, or time a problem.
+//!
+//! Exit codes: 0 success; 1 a runtime failure (no GPU where one was asked for, a CUDA error, a
+//! golden digest mismatch); 2 a usage or validation error (a bad flag, an invalid problem). Every
+//! error is printed as `error: <message>` on stderr; the program does not panic on user input.
+//! With `--json`, stdout holds exactly one JSON document (progress, if any, goes to stderr).
+
+mod bench;
+mod info;
+mod problem_args;
+mod run;
+mod selftest;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Attention kernels whose outputs are bitwise reproducible.
+#[derive(Parser, Debug)]
+#[command(name = "detattn", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one problem from flags; print backend, path, time and the output digest.
+    Run(run::RunArgs),
+    /// Check every golden problem on every available backend against the built-in digests.
+    Selftest(selftest::SelftestArgs),
+    /// Show the version, the backends found and the embedded kernels.
+    Info(info::InfoArgs),
+    /// Time one problem (median of the timed iterations).
+    Bench(bench::BenchArgs),
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Exit 2: the user asked for something invalid.
+    Usage(String),
+    /// Exit 1: something failed while running.
+    Runtime(String),
+}
+
+impl Failure {
+    /// Classify a library error: problems with what was asked are usage errors, problems of the
+    /// machine (driver, GPU, CUDA) are runtime errors.
+    pub(crate) fn from_lib(e: detattn::Error) -> Failure {
+        use detattn::Error as E;
+        let msg = e.to_string();
+        match e {
+            E::DimensionOutOfRange { .. }
+            | E::HeadsNotDivisible { .. }
+            | E::InvalidScale { .. }
+            | E::KvLensCount { .. }
+            | E::KvLenOutOfRange { .. }
+            | E::SizeOverflow { .. }
+            | E::TensorLength { .. }
+            | E::MaskPresence { .. }
+            | E::NonFinite { .. }
+            | E::HeadDimUnsupported { .. }
+            | E::PathUnavailable { .. } => Failure::Usage(msg),
+            _ => Failure::Runtime(msg),
+        }
+    }
+}
+
+impl From<detattn::Error> for Failure {
+    fn from(e: detattn::Error) -> Self {
+        Failure::from_lib(e)
+    }
+}
+
+/// Print a JSON value as the only thing on stdout.
+pub(crate) fn print_json(v: &serde_json::Value) {
+    // A Value always serialises; pretty output keeps it readable for people too.
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::main(a),
+        Command::Selftest(a) => selftest::main(a),
+        Command::Info(a) => info::main(a),
+        Command::Bench(a) => bench::main(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure::Usage(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::from(1)
+        }
+    }
+}

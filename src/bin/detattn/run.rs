@@ -1,0 +1,108 @@
+//! `detattn run`: one problem from flags, its wall time and its output digest.
+
+use crate::problem_args::{ProblemArgs, check_memory, fmt_us, shape_json, shape_text};
+use crate::{Failure, print_json};
+use clap::Args;
+use detattn::inputs::generate;
+use detattn::{DType, Element, Engine, Problem, bf16, f16};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Flags of `detattn run`.
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    problem: ProblemArgs,
+}
+
+/// What one run produced.
+struct Outcome {
+    wall_us: f64,
+    digest: String,
+    nan_rows: usize,
+}
+
+pub(crate) fn main(args: RunArgs) -> Result<ExitCode, Failure> {
+    let a = &args.problem;
+    let p = a.problem()?;
+    check_memory(&p, a.dtype, 1)?;
+    let engine = a.engine()?;
+    let o = match a.dtype {
+        DType::F32 => run_typed::<f32>(a, &p, &engine)?,
+        DType::F16 => run_typed::<f16>(a, &p, &engine)?,
+        DType::Bf16 => run_typed::<bf16>(a, &p, &engine)?,
+    };
+    if a.json {
+        print_json(&serde_json::json!({
+            "backend": engine.describe(),
+            "path": engine.path().name(),
+            "dtype": a.dtype.name(),
+            "shape": shape_json(&p),
+            "causal": p.causal(),
+            "mask": a.mask.name(),
+            "kv_lens": p.kv_lens(),
+            "scale": p.scale(),
+            "seed": a.seed,
+            "amp": a.amp,
+            "wall_us": o.wall_us,
+            "nan_rows": o.nan_rows,
+            "digest": o.digest,
+        }));
+    } else {
+        let mut opts = vec![if p.causal() { "causal" } else { "not causal" }.to_string()];
+        opts.push(format!("mask {}", a.mask.name()));
+        if let Some(l) = p.kv_lens() {
+            opts.push(format!("kv_lens {l:?}"));
+        }
+        opts.push(format!("scale {}", p.scale()));
+        let rows = [
+            ("backend", engine.describe()),
+            ("path", engine.path().name().to_string()),
+            ("dtype", a.dtype.name().to_string()),
+            ("shape", shape_text(&p)),
+            ("options", opts.join(", ")),
+            ("inputs", format!("seed {}, amp {}", a.seed, a.amp)),
+            (
+                "time",
+                format!("{} (one run, inputs already generated)", fmt_us(o.wall_us)),
+            ),
+            ("digest", o.digest),
+        ];
+        for (k, v) in rows {
+            println!("{k:<9} {v}");
+        }
+        if o.nan_rows > 0 {
+            println!(
+                "{:<9} {} output rows are NaN (non-finite inputs, policy propagate)",
+                "note", o.nan_rows
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_typed<T: Element>(
+    a: &ProblemArgs,
+    p: &Problem,
+    engine: &Engine,
+) -> Result<Outcome, Failure> {
+    let x = generate::<T>(p, a.gen_options(a.seed));
+    let t = Instant::now();
+    let out = engine.run(p, &x.q, &x.k, &x.v, x.mask.as_deref())?;
+    let wall_us = t.elapsed().as_secs_f64() * 1e6;
+    let s = p.shape();
+    let digest = detattn::digest(
+        engine.path(),
+        [s.batch, s.q_heads, s.q_len, s.head_dim],
+        &out,
+    );
+    let nan_rows = out
+        .chunks(s.head_dim)
+        .filter(|r| r.iter().any(|x| x.to_f32().is_nan()))
+        .count();
+    Ok(Outcome {
+        wall_us,
+        digest: digest.to_string(),
+        nan_rows,
+    })
+}

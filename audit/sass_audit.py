@@ -1,0 +1,741 @@
+#!/usr/bin/env python3
+"""SASS audit of the detattn kernels (docs/audit.md).
+
+    python3 audit/sass_audit.py                      audit every audit/sass/<stem>.sass (+ .res.txt),
+                                                     with kernels/cubin/<stem>.cubin for the parameter layout
+    python3 audit/sass_audit.py --listing F.sass [--res F.res.txt] [--cubin F.cubin] [--rules R]
+                                                     audit one listing (planted faults, a copy of a listing)
+    options: --flow-insensitive (the coarser taint pass), --quiet (only FAIL/violation lines)
+
+Checks, per kernel, the rules of its path in audit/rules.toml:
+  opcode      every opcode in the path's allow-list; forbidden ones (MUFU, HMMA, ATOM*, RED, LDL/STL,
+              CALL, FCHK, ...) named with the reason;
+  budget      registers, shared memory, stack and local memory from `cuobjdump -res-usage`;
+  taint-*     no branch, exit, barrier or memory address that depends on secret data (a taint pass over
+              registers, uniform registers and predicates; sources are global loads not proven public
+              and shared loads once any secret value was stored to shared memory).
+Prints one OK/FAIL line per kernel per cubin and one VIOLATION line per finding (cubin, kernel, address,
+listing line, instruction, rule, why). Exits 1 on any violation or when something cannot be audited.
+
+Python 3.11+ standard library only (tomllib); `cuobjdump -elf` from the pinned toolchain venv is run on
+the cubin to read the parameter layout (EIATTR_KPARAM_INFO / EIATTR_PARAM_CBANK).
+"""
+
+import argparse
+import fnmatch
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RULES = ROOT / "audit/rules.toml"
+SASS_DIR = ROOT / "audit/sass"
+CUBIN_DIR = ROOT / "kernels/cubin"
+CUOBJDUMP = ROOT / ".venv-cuda/nvidia/cu13/bin/cuobjdump"
+
+# ------------------------------------------------------------------------------------ opcode classes
+# Control transfers and warp-level synchronisation: a tainted guard or a tainted register/predicate
+# operand means the executed path (or the time spent waiting) depends on secret data.
+CONTROL = {"BRA", "BRX", "BRXU", "JMP", "JMX", "JMXU", "EXIT", "KILL", "BREAK", "BSSY", "BSYNC", "RET",
+           "CALL", "WARPSYNC", "BPT", "BAR", "NANOSLEEP", "YIELD", "RTT", "ACQBULK"}
+# Memory instructions: the address (registers inside [...]) and the guard must be public.
+GLOBAL_LOADS = {"LDG", "LD", "ATOMG", "ATOM", "SULD", "TLD", "TEX", "TLD4", "TXD", "TXQ"}
+SHARED_LOADS = {"LDS", "LDSM", "ATOMS"}
+LOCAL_LOADS = {"LDL"}
+STORES_GLOBAL = {"STG", "ST", "RED", "REDG", "SUST", "SURED", "UTMASTG", "UBLKRED"}
+STORES_SHARED = {"STS", "STSM"}
+STORES_LOCAL = {"STL"}
+# Copies from global into shared memory (cp.async, TMA, bulk copy): shared gets secret data unless the
+# global address is proven public (TMA/bulk: always assumed secret).
+GLOBAL_TO_SHARED = {"LDGSTS", "UTMALDG", "UBLKCP", "UTMAPF"}
+MEMORY = (GLOBAL_LOADS | SHARED_LOADS | LOCAL_LOADS | STORES_GLOBAL | STORES_SHARED | STORES_LOCAL
+          | GLOBAL_TO_SHARED | {"LDC", "ULDC", "CCTL", "CCTLL", "ATOMS"})
+NO_REG_DEST = (STORES_GLOBAL | STORES_SHARED | STORES_LOCAL | GLOBAL_TO_SHARED | CONTROL
+               | {"MEMBAR", "FENCE", "DEPBAR", "LDGDEPBAR", "ERRBAR", "CCTL", "CCTLL", "NOP", "ARRIVES",
+                  "SYNCS", "UTMACCTL", "UTMACMDFLUSH"})
+# Compare-like instructions write exactly two predicates (P0, PT) first; the rest are sources.
+TWO_PRED_DEST = {"ISETP", "FSETP", "DSETP", "HSETP2", "PSETP", "PLOP3", "UISETP", "UPSETP", "UPLOP3"}
+# Values that come from no data: special registers, constant bank (kernel parameters), clocks.
+UNTAINTED_SOURCES = {"S2R", "S2UR", "CS2R", "LDC", "ULDC"}
+# Integer adders whose predicates right after the destination are carry outputs (IADD3 R1, P0, P1, ...;
+# LEA R2, P0, ...; IMAD.WIDE.U32 R2, P0, ...); their carry inputs come last (IADD3.X ..., P0, !PT).
+CARRY_OUT_OPS = {"IADD3", "UIADD3", "IADD", "UIADD", "LEA", "ULEA", "IMAD", "UIMAD", "IADD32I", "ISCADD"}
+CONVERSIONS = {"F2F", "F2I", "I2F", "I2I", "F2IP", "I2FP", "FRND"}
+DOUBLE_OPS = {"DADD", "DMUL", "DFMA", "DSETP", "DMNMX", "DSET", "DMMA"}
+MMA_OPS = {"HMMA", "IMMA", "BMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA", "BGMMA"}
+
+REG_RE = re.compile(r"(?<![\w.])(?P<name>UR(?:\d+|Z)|R(?:\d+|Z)|UP(?:\d|T)|P(?:\d|T)|PR)(?P<suf>(?:\.[\w]+)*)")
+CONST_RE = re.compile(r"c\[(0x[0-9a-f]+)\]\[([^\]]*)\]")
+INSTR_RE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+FUNC_RE = re.compile(r"^\s*Function\s*:\s*(\S+)")
+ARCH_RE = re.compile(r"^\s*code for (sm_\d+\w*)")
+
+
+class AuditError(Exception):
+    """Something the audit cannot check (missing file, unparsable listing): reported, exit 1."""
+
+
+# ------------------------------------------------------------------------------------------- parsing
+@dataclass
+class Operand:
+    text: str
+    neg: bool = False            # a predicate written !P0
+    regs: list = field(default_factory=list)  # [(name, width)] registers/predicates read or written
+    mem: bool = False            # [...] address operand (registers inside are address registers)
+    const: tuple | None = None   # (bank, offset or None if register-indexed, byte width)
+    is_pred: bool = False
+
+
+@dataclass
+class Instr:
+    addr: int
+    line: int
+    text: str
+    guard: tuple | None          # (negated, predicate name) or None
+    opcode: str                  # full, with modifiers: ISETP.GE.AND
+    base: str                    # ISETP
+    mods: list
+    ops: list                    # [Operand]
+
+    def where(self):
+        return f"/*{self.addr:04x}*/ line {self.line}"
+
+
+@dataclass
+class Kernel:
+    name: str
+    arch: str
+    instrs: list
+
+
+def split_operands(s):
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def reg_width(suffix):
+    for part in suffix.split("."):
+        if part == "64":
+            return 2
+        if part == "128":
+            return 4
+    return 1
+
+
+def parse_operand(text):
+    op = Operand(text=text)
+    t = text.strip()
+    if t.startswith("!"):
+        op.neg = True
+        t = t[1:]
+    m = CONST_RE.search(t)
+    if m:
+        inner = m.group(2).strip()
+        regs = [r.group("name") for r in REG_RE.finditer(inner)]
+        imm = re.findall(r"(-?)(0x[0-9a-f]+)", inner)
+        off = sum(int(v, 16) * (-1 if sgn else 1) for sgn, v in imm)
+        if any(r not in ("RZ", "URZ") for r in regs):
+            off = None  # c[0x0][R2+0x10]: a register-indexed constant load
+            op.mem = True
+            op.regs = [(r, 1) for r in regs]
+        op.const = (int(m.group(1), 16), off)
+        return op
+    if "[" in t:
+        op.mem = True
+    for r in REG_RE.finditer(t):
+        op.regs.append((r.group("name"), reg_width(r.group("suf"))))
+    op.is_pred = len(op.regs) == 1 and not op.mem and re.fullmatch(r"U?P(\d|T)|PR", op.regs[0][0]) is not None
+    return op
+
+
+def parse_listing(text):
+    """cuobjdump -sass text -> [Kernel]. Raises AuditError on a line that looks like an instruction
+    but does not parse, so that a format change cannot silently hide code from the audit."""
+    kernels, arch, cur = [], None, None
+    for n, line in enumerate(text.splitlines(), 1):
+        m = ARCH_RE.match(line)
+        if m:
+            arch = m.group(1)
+            continue
+        m = FUNC_RE.match(line)
+        if m:
+            cur = Kernel(m.group(1), arch or "?", [])
+            kernels.append(cur)
+            continue
+        if "/*" not in line or re.match(r"^\s*/\* 0x[0-9a-f]+ \*/\s*$", line):
+            continue
+        m = INSTR_RE.match(line)
+        if not m:
+            if re.match(r"^\s*/\*[0-9a-f]{4,}\*/", line):
+                raise AuditError(f"line {n}: cannot parse instruction: {line.strip()}")
+            continue
+        if cur is None:
+            raise AuditError(f"line {n}: instruction outside a Function")
+        addr, body = int(m.group(1), 16), m.group(2).strip()
+        guard = None
+        gm = re.match(r"^@(!?)(U?P(?:\d|T))\s+(.*)$", body)
+        if gm:
+            guard = (gm.group(1) == "!", gm.group(2))
+            body = gm.group(3)
+        parts = body.split(None, 1)
+        opcode = parts[0]
+        rest = parts[1] if len(parts) > 1 else ""
+        # RET.REL.NODEC R20 0x0: cuobjdump separates the last operand with a space, not a comma.
+        ops = [parse_operand(o) for o in split_operands(rest)]
+        base, *mods = opcode.split(".")
+        cur.instrs.append(Instr(addr, n, re.sub(r"\s+", " ", m.group(2).strip()) + " ;", guard, opcode,
+                                base, mods, ops))
+    return kernels
+
+
+def parse_res(text):
+    """cuobjdump -res-usage text -> {kernel: {REG: n, STACK: n, SHARED: n, LOCAL: n, ...}}"""
+    out, cur = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^\s*Function\s+(\S+?):?\s*$", line)
+        if m:
+            cur = m.group(1)
+            continue
+        if cur and "REG:" in line:
+            out[cur] = {k: int(v) for k, v in re.findall(r"([A-Z]+(?:\[\d+\])?):(\d+)", line)}
+            cur = None
+    return out
+
+
+def param_layout(cubin):
+    """{kernel: (param_base, [(ordinal, offset, size)])} from `cuobjdump -elf` of the cubin."""
+    if not CUOBJDUMP.exists():
+        raise AuditError(f"{CUOBJDUMP} missing: run `bash scripts/cuda-toolchain.sh` (or build.py)")
+    p = subprocess.run([str(CUOBJDUMP), "-elf", str(cubin)], capture_output=True, text=True,
+                       env={"PATH": f"{CUOBJDUMP.parent}:/usr/bin:/bin", "LC_ALL": "C"})
+    if p.returncode != 0:
+        raise AuditError(f"cuobjdump -elf {cubin}: {p.stderr.strip()}")
+    out, kern, attr = {}, None, None
+    for line in p.stdout.splitlines():
+        if line.startswith("."):
+            kern = line[len(".nv.info."):].strip() if line.startswith(".nv.info.") else None
+            if kern:
+                out.setdefault(kern, [None, []])
+            continue
+        if kern is None:
+            continue
+        m = re.match(r"^\s*Attribute:\s*(\S+)", line)
+        if m:
+            attr = m.group(1)
+            continue
+        if attr == "EIATTR_KPARAM_INFO":
+            m = re.search(r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*(0x[0-9a-f]+)\s+Size\s*:\s*(0x[0-9a-f]+)", line)
+            if m:
+                out[kern][1].append(tuple(int(g, 16) for g in m.groups()))
+        elif attr == "EIATTR_PARAM_CBANK":
+            m = re.search(r"Value:\s*0x[0-9a-f]+\s+(0x[0-9a-f]+)", line)
+            if m:
+                out[kern][0] = int(m.group(1), 16) & 0xFFFF
+    return {k: (b, sorted(ps)) for k, (b, ps) in out.items() if b is not None}
+
+
+# ------------------------------------------------------------------------------------------- rules
+def load_rules(path):
+    with open(path, "rb") as f:
+        rules = tomllib.load(f)
+    for name, p in rules.get("path", {}).items():
+        if not p.get("allow"):
+            raise AuditError(f"{path}: path {name!r} has no allow list")
+    for k in rules.get("kernel", []):
+        if k.get("path") not in rules.get("path", {}):
+            raise AuditError(f"{path}: kernel entry {k.get('name')!r} names unknown path {k.get('path')!r}")
+    return rules
+
+
+def kernel_rule(rules, name):
+    for k in rules.get("kernel", []):
+        if fnmatch.fnmatchcase(name, k["name"]):
+            return k
+    return None
+
+
+# ------------------------------------------------------------------------------------------- taint
+# The abstract value of one register is a pair (origin, prov): `origin` is the address of the
+# instruction that introduced secret data (the smallest one when several reach it), None when clean;
+# `prov` the set of kernel-parameter ordinals the value was computed from (used to prove a global load
+# public). Both only grow under join, so the fixed point exists and is reached.
+CLEAN = (None, frozenset())
+
+
+def join_val(a, b):
+    oa, pa = a
+    ob, pb = b
+    o = oa if ob is None else ob if oa is None else min(oa, ob)
+    return (o, pa | pb)
+
+
+def join_state(a, b):
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = join_val(out[k], v) if k in out else v
+    return out
+
+
+ALL_P = [f"P{i}" for i in range(7)]
+
+
+def expand(name, width):
+    """Register name with width -> the architectural registers it covers."""
+    if name in ("RZ", "URZ", "PT", "UPT"):
+        return []
+    if name == "PR":
+        return ALL_P
+    m = re.fullmatch(r"(UR|R)(\d+)", name)
+    if m:
+        return [f"{m.group(1)}{int(m.group(2)) + i}" for i in range(width)]
+    return [name]
+
+
+class KernelAnalysis:
+    def __init__(self, kernel, public_params, params, flow_insensitive=False):
+        self.k = kernel
+        self.instrs = kernel.instrs
+        self.by_addr = {ins.addr: i for i, ins in enumerate(self.instrs)}
+        self.public = set(public_params)
+        self.params = params          # (base, [(ordinal, offset, size)]) or None
+        self.flow_insensitive = flow_insensitive
+        self.shared_origin = None     # address of the first store of secret data to shared memory
+        self.local_origin = None
+        self.notes = []
+
+    # -- parameters
+    def const_prov(self, op, width):
+        if self.params is None or op.const is None or op.const[0] != 0:
+            return frozenset()
+        base, plist = self.params
+        off = op.const[1]
+        if off is None:  # register-indexed parameter read: could be any parameter
+            return frozenset(o for o, _, _ in plist)
+        lo, hi = off, off + 4 * width
+        return frozenset(o for o, po, ps in plist if base + po < hi and lo < base + po + ps)
+
+    def pointer_params(self):
+        return {o for o, _, s in self.params[1]} if self.params else set()
+
+    def describe_params(self, prov):
+        return ", ".join(f"param {o}" + (" (public)" if o in self.public else "") for o in sorted(prov)) or "no parameter"
+
+    # -- operand roles
+    def widths(self, ins):
+        """(dest width, dest width certain?, default source width) for register operands."""
+        b, mods = ins.base, ins.mods
+        if b in MMA_OPS:
+            return 4, False, 4
+        if b in DOUBLE_OPS or "64" in mods and b not in ("SHF", "USHF"):
+            w = 2
+            if b in CONVERSIONS:
+                return 2, False, 2
+            return w, True, (2 if b in DOUBLE_OPS or b in ("MOV", "UMOV", "IADD", "UIADD") else 1)
+        if "128" in mods:
+            return 4, True, 1
+        if b in CONVERSIONS and any(m in ("F64", "S64", "U64") for m in mods):
+            return 2, False, 2
+        if b in ("IMAD", "UIMAD") and "WIDE" in mods:
+            return 2, True, 1
+        if b == "CS2R":
+            return (1, True, 1) if "32" in mods else (2, True, 1)
+        if b == "LDSM":
+            n = 4 if "4" in mods else 2 if "2" in mods else 1
+            return n, True, 1
+        return 1, True, 1
+
+    def roles(self, ins):
+        """-> (dests [(name, width, certain)], sources [(name, width)], const operands [(op, width)],
+        address registers, predicate operands (non-guard) read)."""
+        ops = ins.ops
+        dw, dcert, sw = self.widths(ins)
+        dests, srcs, consts, addr, preds = [], [], [], [], []
+        ndest = 0
+        b = ins.base
+        if b not in NO_REG_DEST and ops and ops[0].regs and not ops[0].mem and ops[0].const is None:
+            if b in TWO_PRED_DEST:
+                ndest = 2
+            elif b in ("VOTE", "VOTEU"):
+                ndest = len(ops) - 1
+            else:
+                ndest = 1
+                # LOP3.LUT P0, R1, ...; SHFL.BFLY PT, R3, ...: a predicate then a register, both written
+                if b != "R2P" and ops[0].is_pred and len(ops) > 1 and not ops[1].is_pred and ops[1].regs \
+                        and not ops[1].mem and ops[1].const is None:
+                    ndest = 2
+        # IADD3 R1, P0, P1, ...; LEA R2, P0, ...: plain predicates right after the destinations are
+        # carry/flag outputs; treat them as both written and read (sound either way, may over-taint).
+        # For the integer adders below, SASS lists carry-outs right after the destination and carry-ins
+        # last, so the leading ones are written only; for any other opcode they count as both.
+        amb_end = ndest
+        if ndest and b not in TWO_PRED_DEST and b not in ("VOTE", "VOTEU"):
+            while amb_end < len(ops) and ops[amb_end].is_pred and not ops[amb_end].neg \
+                    and ops[amb_end].regs[0][0] != "PR":
+                amb_end += 1
+        carry_out = b in CARRY_OUT_OPS
+        wide_addend = b in ("IMAD", "UIMAD") and "WIDE" in ins.mods
+        is_store = b in STORES_GLOBAL | STORES_SHARED | STORES_LOCAL
+        for i, op in enumerate(ops):
+            if i < ndest:
+                for name, w in op.regs:
+                    dests.append((name, 1 if op.is_pred else max(w, dw), dcert and b != "R2P"))
+                continue
+            if i < amb_end:
+                name = op.regs[0][0]
+                dests.append((name, 1, carry_out))
+                if not carry_out:
+                    srcs.append((name, 1))
+                continue
+            if op.const is not None:
+                cw = 2 if wide_addend and i == 3 else dw if b in ("LDC", "ULDC") else sw
+                consts.append((op, cw))
+            for name, w in op.regs:
+                if op.mem:
+                    addr.append((name, w))
+                elif op.is_pred:
+                    preds.append(name)
+                    srcs.append((name, 1))
+                else:
+                    width = w
+                    if wide_addend and i == 3:
+                        width = 2  # IMAD.WIDE R2, R4, R5, R6: the addend R6:R7 is 64-bit
+                    elif w == 1:
+                        width = dw if is_store else sw
+                    srcs.append((name, width))
+        if ins.base == "R2P":
+            dests = [(p, 1, False) for p in ALL_P]
+        return dests, srcs, consts, addr, preds
+
+    # -- transfer
+    def val(self, st, name, width=1):
+        v = CLEAN
+        for r in expand(name, width):
+            if r in st:
+                v = join_val(v, st[r])
+        return v
+
+    def load_is_public(self, addr_prov):
+        if not self.params or not addr_prov:
+            return False
+        ptrs = {o for o in addr_prov if o in self.pointer_params() and
+                next(s for oo, _, s in self.params[1] if oo == o) >= 8}
+        return bool(addr_prov & self.public) and ptrs <= self.public
+
+    def transfer(self, ins, st, record=None):
+        """Apply one instruction to state st (modified in place)."""
+        dests, srcs, consts, addr, preds = self.roles(ins)
+        b = ins.base
+        v = CLEAN
+        if ins.guard:
+            g = self.val(st, ins.guard[1])
+            v = (g[0], frozenset())  # predicated writes carry the guard's taint, not its provenance
+        addr_v = CLEAN
+        for name, w in addr:
+            addr_v = join_val(addr_v, self.val(st, name, w))
+        if b in GLOBAL_LOADS:
+            if not self.load_is_public(addr_v[1]):
+                v = join_val(v, (ins.addr, frozenset()))
+            else:
+                v = join_val(v, (addr_v[0], frozenset()))
+        elif b in SHARED_LOADS:
+            if self.shared_origin is not None:
+                v = join_val(v, (self.shared_origin, frozenset()))
+            v = join_val(v, (addr_v[0], frozenset()))
+        elif b in LOCAL_LOADS:
+            if self.local_origin is not None:
+                v = join_val(v, (self.local_origin, frozenset()))
+            v = join_val(v, (addr_v[0], frozenset()))
+        else:
+            for name, w in srcs:
+                v = join_val(v, self.val(st, name, w))
+            for op, w in consts:
+                v = join_val(v, (None, self.const_prov(op, w)))
+            if addr:  # LDC R0, c[0x0][R2]: value depends on the index
+                v = join_val(v, (addr_v[0], frozenset()))
+        if b in UNTAINTED_SOURCES and not addr:
+            v = (v[0] if ins.guard else None, v[1])
+        # Stores into shared / local memory: remember whether secret data went there.
+        if record is not None:
+            data_v = CLEAN
+            for name, w in srcs:
+                data_v = join_val(data_v, self.val(st, name, w))
+            if ins.guard:
+                data_v = join_val(data_v, (self.val(st, ins.guard[1])[0], frozenset()))
+            if (b in STORES_SHARED or b == "ATOMS") and data_v[0] is not None:
+                record["shared"] = min(x for x in (record["shared"], data_v[0]) if x is not None)
+            if b in GLOBAL_TO_SHARED and (b != "LDGSTS" or not self.load_is_public(addr_v[1])):
+                record["shared"] = min(x for x in (record["shared"], ins.addr) if x is not None)
+            if b in STORES_LOCAL and data_v[0] is not None:
+                record["local"] = min(x for x in (record["local"], data_v[0]) if x is not None)
+            if b in ("ST", "ATOM") and data_v[0] is not None:  # generic address: may be shared or local
+                for key in ("shared", "local"):
+                    record[key] = min(x for x in (record[key], data_v[0]) if x is not None)
+        for name, w, certain in dests:
+            regs = expand(name, w)
+            for r in regs:
+                if certain and ins.guard is None and not self.flow_insensitive:
+                    if v == CLEAN:
+                        st.pop(r, None)
+                    else:
+                        st[r] = v
+                else:
+                    old = st.get(r, CLEAN)
+                    nv = join_val(old, v)
+                    if nv != CLEAN:
+                        st[r] = nv
+
+    # -- control flow graph
+    def successors(self, i):
+        ins = self.instrs[i]
+        b = ins.base
+        nxt = [i + 1] if i + 1 < len(self.instrs) else []
+        target = None
+        if ins.ops and re.fullmatch(r"0x[0-9a-f]+", ins.ops[-1].text.split()[-1]):
+            target = self.by_addr.get(int(ins.ops[-1].text.split()[-1], 16))
+        # BRA.DIV, BRA.CONV, a predicate operand (BRA !P2, ...) or a guard: may also fall through.
+        conditional = ins.guard is not None or any(op.is_pred for op in ins.ops) or \
+            any(m != "U" for m in ins.mods)
+        if b in ("BRA", "JMP"):
+            if target is None:
+                return list(range(len(self.instrs)))  # unknown target: anything
+            return [target] + (nxt if conditional else [])
+        if b in ("BRX", "BRXU", "JMX", "JMXU"):
+            return list(range(len(self.instrs)))  # indirect: anywhere (also a rule violation)
+        if b == "CALL":
+            return ([target] if target is not None else list(range(len(self.instrs)))) + nxt
+        if b == "RET":
+            rets = [j + 1 for j, x in enumerate(self.instrs) if x.base == "CALL" and j + 1 < len(self.instrs)]
+            return rets + (nxt if ins.guard else [])
+        if b in ("EXIT", "KILL"):
+            return nxt if ins.guard is not None else []
+        return nxt
+
+    def run(self):
+        """Fixed point; returns the in-state of every instruction."""
+        n = len(self.instrs)
+        while True:
+            record = {"shared": self.shared_origin, "local": self.local_origin}
+            if self.flow_insensitive:
+                st = {}
+                changed = True
+                while changed:
+                    before = dict(st)
+                    for ins in self.instrs:
+                        self.transfer(ins, st, record)
+                    changed = st != before
+                ins_states = [st] * n
+            else:
+                succ = [self.successors(i) for i in range(n)]
+                ins_states = [None] * n
+                if n:
+                    ins_states[0] = {}
+                work = [0] if n else []
+                inwork = set(work)
+                while work:
+                    i = work.pop()
+                    inwork.discard(i)
+                    st = dict(ins_states[i])
+                    self.transfer(self.instrs[i], st, record)
+                    for j in succ[i]:
+                        old = ins_states[j]
+                        new = st if old is None else join_state(old, st)
+                        if old is None or new != old:
+                            ins_states[j] = new
+                            if j not in inwork:
+                                work.append(j)
+                                inwork.add(j)
+                ins_states = [s if s is not None else {} for s in ins_states]
+            if (record["shared"], record["local"]) == (self.shared_origin, self.local_origin):
+                return ins_states
+            self.shared_origin, self.local_origin = record["shared"], record["local"]
+
+    def why(self, v):
+        origin = v[0]
+        i = self.by_addr.get(origin)
+        if i is None:
+            return "secret data"
+        src = self.instrs[i]
+        if src.base in GLOBAL_LOADS:
+            return f"{src.base} at /*{src.addr:04x}*/ `{src.text}` (global load not proven public)"
+        if src.base in STORES_SHARED or src.base in SHARED_LOADS or src.base in GLOBAL_TO_SHARED:
+            return f"shared memory holding secret data (first stored at /*{src.addr:04x}*/ `{src.text}`)"
+        return f"/*{src.addr:04x}*/ `{src.text}`"
+
+    def check(self):
+        """-> [(instr, rule, message)] taint violations."""
+        states = self.run()
+        out = []
+        for ins, st in zip(self.instrs, states):
+            b = ins.base
+            dests, srcs, consts, addr, preds = self.roles(ins)
+            guard_v = self.val(st, ins.guard[1]) if ins.guard else CLEAN
+            if b in CONTROL:
+                if guard_v[0] is not None:
+                    out.append((ins, "taint-branch", f"guard {'!' if ins.guard[0] else ''}{ins.guard[1]} is secret-dependent, from {self.why(guard_v)}"))
+                for name, w in srcs + addr:
+                    v = self.val(st, name, w)
+                    if v[0] is not None:
+                        out.append((ins, "taint-branch", f"operand {name} is secret-dependent, from {self.why(v)}"))
+            elif b in MEMORY or addr:
+                if guard_v[0] is not None:
+                    out.append((ins, "taint-memory-guard", f"memory access predicated on secret-dependent {ins.guard[1]}, from {self.why(guard_v)}"))
+                for name, w in addr:
+                    v = self.val(st, name, w)
+                    if v[0] is not None:
+                        out.append((ins, "taint-address", f"address register {name} is secret-dependent, from {self.why(v)}"))
+                if b in STORES_GLOBAL | {"ATOM", "ATOMG"}:
+                    prov = frozenset()
+                    for name, w in addr:
+                        prov |= self.val(st, name, w)[1]
+                    if prov & self.public:
+                        out.append((ins, "public-store", f"store into a buffer declared public ({self.describe_params(prov)}): "
+                                    "public loads are only sound for buffers the kernel never writes"))
+                for name in preds:
+                    v = self.val(st, name)
+                    if v[0] is not None:
+                        out.append((ins, "taint-memory-guard", f"predicate operand {name} is secret-dependent, from {self.why(v)}"))
+        return out
+
+
+# ------------------------------------------------------------------------------------------- audit
+def audit_kernel(kernel, rules, res, params, label, flow_insensitive=False):
+    """-> (list of violation lines, summary)."""
+    viol = []
+    krule = kernel_rule(rules, kernel.name)
+
+    def add(ins, rule, msg):
+        where = f"addr=0x{ins.addr:04x} line={ins.line}" if ins else "addr=- line=-"
+        text = f" `{ins.text}`" if ins else ""
+        viol.append(f"VIOLATION {label} kernel={kernel.name} {where}{text} rule={rule}: {msg}")
+
+    if krule is None:
+        add(None, "no-rule", "no [[kernel]] entry in the rules file matches this kernel: declare its path, "
+            "public parameters and budgets")
+        return viol, "no rule"
+    path = rules["path"][krule["path"]]
+    allow = set(path["allow"])
+    forbid = path.get("forbid", {})
+    for ins in kernel.instrs:
+        reason = next((r for pat, r in forbid.items() if fnmatch.fnmatchcase(ins.base, pat)
+                       or fnmatch.fnmatchcase(ins.opcode, pat)), None)
+        if reason:
+            add(ins, f"{krule['path']}.forbid.{ins.base}", reason)
+        elif ins.base not in allow:
+            add(ins, f"{krule['path']}.allow", f"opcode {ins.base} is not in the allow-list of path {krule['path']!r}")
+    # budgets
+    r = res.get(kernel.name) if res is not None else None
+    if res is None:
+        add(None, "budget", "no -res-usage listing given: budgets not checked")
+    elif r is None:
+        add(None, "budget", "kernel missing from the -res-usage listing")
+    else:
+        for key, limit in (("REG", "max_registers"), ("SHARED", "max_shared_bytes"), ("STACK", "max_stack_bytes"),
+                           ("LOCAL", "max_local_bytes")):
+            if limit not in krule:
+                add(None, "budget", f"rules entry {krule['name']!r} has no {limit}")
+            elif r.get(key, 0) > krule[limit]:
+                add(None, f"budget.{limit}", f"{key}:{r.get(key)} exceeds {limit} = {krule[limit]}")
+    # taint
+    kp = None
+    if params is not None:
+        kp = params.get(kernel.name)
+        if kp is None:
+            add(None, "params", "kernel missing from the cubin's .nv.info: parameter layout unknown")
+    public = krule.get("public_params", [])
+    an = KernelAnalysis(kernel, public, kp, flow_insensitive)
+    for ins, rule, msg in an.check():
+        add(ins, rule, msg)
+    tainted_loads = sum(1 for ins in kernel.instrs if ins.base in GLOBAL_LOADS)
+    summary = (f"{len(kernel.instrs)} instructions, {tainted_loads} global loads, shared "
+               f"{'secret' if an.shared_origin is not None else 'public'}, path {krule['path']}"
+               + (", params unknown: every global load is secret" if kp is None else ""))
+    return viol, summary
+
+
+def audit_listing(sass_path, res_path, cubin_path, rules, label, flow_insensitive=False, quiet=False):
+    """Audit one listing; prints lines; returns the number of failed kernels (or 1 on error)."""
+    try:
+        kernels = parse_listing(Path(sass_path).read_text())
+        res = parse_res(Path(res_path).read_text()) if res_path else None
+        params = param_layout(cubin_path) if cubin_path else None
+    except (AuditError, OSError) as e:
+        print(f"FAIL {label}: cannot audit: {e}")
+        return 1
+    if not kernels:
+        print(f"FAIL {label}: no Function in the listing")
+        return 1
+    failed = 0
+    for k in kernels:
+        viol, summary = audit_kernel(k, rules, res, params, label, flow_insensitive)
+        if viol:
+            failed += 1
+            print(f"FAIL {label} {k.name} ({summary}; {len(viol)} violation(s))")
+            for v in viol:
+                print("  " + v)
+        elif not quiet:
+            print(f"OK   {label} {k.name} ({summary})")
+    return failed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rules", default=str(DEFAULT_RULES))
+    ap.add_argument("--listing", help="audit this cuobjdump -sass file instead of audit/sass/")
+    ap.add_argument("--res", help="with --listing: its cuobjdump -res-usage file")
+    ap.add_argument("--cubin", help="with --listing: the cubin (parameter layout for public loads)")
+    ap.add_argument("--flow-insensitive", action="store_true",
+                    help="coarser taint pass: a register tainted anywhere is tainted everywhere")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args()
+    try:
+        rules = load_rules(args.rules)
+    except (AuditError, OSError, tomllib.TOMLDecodeError) as e:
+        print(f"FAIL rules: {e}")
+        return 1
+    failed = 0
+    if args.listing:
+        label = Path(args.cubin).name if args.cubin else Path(args.listing).name
+        failed = audit_listing(args.listing, args.res, args.cubin, rules, label, args.flow_insensitive, args.quiet)
+    else:
+        listings = sorted(SASS_DIR.glob("*.sass"))
+        cubins = sorted(CUBIN_DIR.glob("*.cubin"))
+        if not listings and not cubins:
+            print("sass_audit: no cubins and no listings yet; nothing to audit")
+            return 0
+        have = {p.name[:-len(".sass")] for p in listings}
+        for c in cubins:
+            if c.name[:-len(".cubin")] not in have:
+                print(f"FAIL {c.name}: no listing audit/sass/{c.name[:-len('.cubin')]}.sass "
+                      "(run `python3 kernels/build.py sass`)")
+                failed += 1
+        for sass in listings:
+            stem = sass.name[:-len(".sass")]
+            cubin = CUBIN_DIR / f"{stem}.cubin"
+            res = SASS_DIR / f"{stem}.res.txt"
+            if not cubin.exists() or not res.exists():
+                print(f"FAIL {stem}: missing {cubin if not cubin.exists() else res}")
+                failed += 1
+                continue
+            failed += audit_listing(sass, res, cubin, rules, cubin.name, args.flow_insensitive, args.quiet)
+    print(f"sass_audit: {'FAIL' if failed else 'OK'} ({failed} kernel(s) or file(s) failed)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,541 @@
+// The `Exact` attention kernels (docs/numerics.md), bit-identical to the CPU reference
+// (src/cpu/prepare.rs, src/cpu/kernel.rs). Four kinds of kernel, all launched by src/cuda/:
+//
+//   detattn_prepare_<dt>      §2: one warp per row of Q, K or V: sanitise, per-row power-of-two
+//                             shift, scaled f32 copy (row stride DP, zero-padded), bad flag.
+//   detattn_reject_flags      §7 Reject on the device: OR of the three bad-flag arrays, fixed order,
+//                             no atomics (one block; the host reads three words and decides once).
+//   detattn_exact<DP>_<dt>    §3-§5, §7 for head_dim <= DP (DP = 64, 128, 256): a block owns BM
+//                             query rows of one (b, h); K/V tiles of 64 keys are staged in shared
+//                             memory and reused by every row of the block; each thread runs a
+//                             micro-tile of score chains side by side, each chain sequential in d.
+//   detattn_exact_generic_<dt> the same contract for any head_dim (up to 8192): one block of 64
+//                             threads per query row, accumulators in a global f32 scratch. Slower.
+//
+// Determinism: every output row is computed from its own inputs in the order numerics.md fixes;
+// nothing depends on how rows are grouped into blocks, on the grid, or on scheduling. No atomics.
+// Constant time: loops and addresses depend only on shapes, key lengths and the causal flag
+// (public); values (and mask entries) only ever enter selections, never branches.
+
+#include <cuda_fp16.h>
+
+#include "numerics.cuh"
+
+using namespace detattn;
+
+// The kernel ABI: one struct passed by value, mirrored by `Params` in src/cuda/launch.rs (same
+// field order, all pointers 8 bytes, then 32-bit scalars). Change both together.
+struct Params {
+    const void* q;          // [B, Hq, Sq, D] input dtype
+    const void* k;          // [B, Hkv, Skv, D]
+    const void* v;          // [B, Hkv, Skv, D]
+    const unsigned char* mask;  // [Bm, Hm, Sq, Skv], 0/1, or null
+    void* out;              // [B, Hq, Sq, D] input dtype
+    const int* kv_lens;     // [B]
+    float* qp;              // prepared Q: [B*Hq*Sq, DP]
+    float* kp;              // prepared K: [B*Hkv*SkvPad, DP]
+    float* vp;              // prepared V: [B*Hkv*SkvPad, DP]
+    int* sq;                // [B*Hq*Sq] row shifts of Q
+    int* sk;                // [B*Hkv*SkvPad] row shifts of K
+    unsigned* badq;         // [B*Hq*Sq]
+    unsigned* badk;         // [B*Hkv*SkvPad]
+    unsigned* badv;         // [B*Hkv*SkvPad]
+    unsigned* flags;        // [3] reject flags (q, k, v)
+    float* acc;             // generic path scratch [B*Hq*Sq, DP]
+    // prepare: which tensor this launch prepares
+    const void* src;        // input rows
+    float* dst;             // prepared rows
+    int* shift;             // row shifts
+    unsigned* bad;          // row bad flags
+    int B, Hq, Hkv, Sq, Skv, D;
+    int DP;                 // prepared row stride (>= D, multiple of 4)
+    int skv_pad;            // Skv rounded up to a multiple of 64
+    int causal, has_mask, mask_per_batch, mask_per_head, propagate;
+    float scale;
+    // prepare: rows of output, rows per head in the source and in the output, whether to scale
+    int prep_head0, prep_src_rows, prep_dst_rows, prep_scale;
+    int group;              // Hq / Hkv
+    int bh0;                // first (b*Hq + h) of this launch (the host splits huge grids)
+};
+
+// ------------------------------------------------------------------------------ element types
+
+// Inputs widen to f32 exactly; the output rounds once, to nearest even (§7).
+struct ElemF32 {
+    typedef float T;
+    __device__ static float load(const T* p, long long i) { return p[i]; }
+    __device__ static unsigned round_bits(float x) { return __float_as_uint(x); }
+    __device__ static void store_bits(T* p, long long i, unsigned b) { p[i] = __uint_as_float(b); }
+    static constexpr unsigned NAN_BITS = 0x7FC00000u;
+    __device__ static float maxt() { return __int_as_float(0x7F7FFFFF); }
+};
+struct ElemF16 {
+    typedef unsigned short T;
+    __device__ static float load(const T* p, long long i) { return __half2float(__ushort_as_half(p[i])); }
+    // IEEE binary32 -> binary16, round to nearest even, subnormals kept.
+    __device__ static unsigned round_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+    __device__ static void store_bits(T* p, long long i, unsigned b) { p[i] = (unsigned short)b; }
+    static constexpr unsigned NAN_BITS = 0x7E00u;
+    __device__ static float maxt() { return 65504.0f; }
+};
+struct ElemBf16 {
+    typedef unsigned short T;
+    __device__ static float load(const T* p, long long i) { return __uint_as_float((unsigned)p[i] << 16); }
+    // §7: (b + 0x7FFF + ((b >> 16) & 1)) >> 16 on finite b, unsigned 32-bit.
+    __device__ static unsigned round_bits(float x) {
+        unsigned b = __float_as_uint(x);
+        return (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+    }
+    __device__ static void store_bits(T* p, long long i, unsigned b) { p[i] = (unsigned short)b; }
+    static constexpr unsigned NAN_BITS = 0x7FC0u;
+    __device__ static float maxt() { return __int_as_float(0x7F7F0000); }
+};
+
+// Round one finite output value, or write the canonical NaN where the row is poisoned (§7).
+template <class E>
+__device__ __forceinline__ void store_out(typename E::T* out, long long idx, float o, bool poisoned) {
+    unsigned m = mask_of(poisoned);
+    E::store_bits(out, idx, (E::NAN_BITS & m) | (E::round_bits(o) & ~m));
+}
+
+// Integer division of public indices (block and row numbers by shape values) in 32 fixed
+// shift-subtract steps: the compiler's `/` on a run-time divisor uses MUFU.RCP (and a CALL for
+// 64 bits), which the audit forbids on this path. Used a few times per block or warp only.
+__device__ __forceinline__ unsigned udiv(unsigned n, unsigned d) {
+    unsigned q = 0u, r = 0u;
+#pragma unroll
+    for (int i = 31; i >= 0; --i) {
+        r = (r << 1) | ((n >> i) & 1u);
+        const unsigned ge = mask_of(r >= d);
+        r -= d & ge;
+        q |= (1u << i) & ge;
+    }
+    return q;
+}
+
+// One past the last key row i of batch b sees, by position (key length, causal): public.
+__device__ __forceinline__ int key_limit(const Params& P, int L, int i) {
+    if (P.causal) {
+        int lim = i + L + 1 - P.Sq;
+        return min(max(lim, 0), L);
+    }
+    return L;
+}
+
+// The mask row (b, h, i) (§1: its head index counts query heads), i clamped to the tensor; null
+// without a mask. mask_val clamps j, so every address is valid; callers combine the value with
+// positional validity. Both depend on positions only.
+__device__ __forceinline__ const unsigned char* mask_row(const Params& P, int b, int h, int i) {
+    if (!P.has_mask) return nullptr;  // a launch parameter, public
+    int bi = P.mask_per_batch ? b : 0;
+    int hm = P.mask_per_head ? P.Hq : 1;
+    int hi = P.mask_per_head ? h : 0;
+    i = min(i, P.Sq - 1);
+    return P.mask + (((long long)bi * hm + hi) * P.Sq + i) * (long long)P.Skv;
+}
+// All ones where the mask says "attend" (or there is no mask), else zero.
+__device__ __forceinline__ unsigned mask_val(const Params& P, const unsigned char* row, int j) {
+    if (!P.has_mask) return 0xFFFFFFFFu;
+    return mask_of(row[min(j, P.Skv - 1)] != 0);  // a compare and a select, not a branch
+}
+
+// ------------------------------------------------------------------------------ §2 prepare
+
+// One warp per output row. Row r of the output is row j = r % prep_dst_rows of head
+// r / prep_dst_rows; rows with j >= prep_src_rows (padding past Skv) are written as zeros with
+// shift 0 and no bad flag. Columns D..DP-1 are zero.
+template <class E>
+__device__ void prepare(const Params& P) {
+    const int lane = threadIdx.x & 31;
+    // Grid: x covers the rows of one head (8 per block), y the heads (chunked by the host).
+    const int j = (int)(blockIdx.x * (blockDim.x / 32) + (threadIdx.x / 32));
+    if (j >= P.prep_dst_rows) return;  // positional; a warp shares j, so it leaves whole
+    const long long head = (long long)blockIdx.y + P.prep_head0;
+    const long long r = head * P.prep_dst_rows + j;
+    const bool exists = j < P.prep_src_rows;
+    const typename E::T* src = (const typename E::T*)P.src + (head * P.prep_src_rows + j) * (long long)P.D;
+    unsigned bad = 0, emax = 0;
+    if (exists) {
+        for (int d = lane; d < P.D; d += 32) {
+            float x = E::load(src, d);
+            bad |= nonfinite_mask(x);
+            emax = max(emax, expfield(sanitize(x)));
+        }
+    }
+    // Integer max and OR are exact and order-free.
+    for (int o = 16; o > 0; o >>= 1) {
+        bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
+        emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
+    }
+    const int shift = P.prep_scale ? row_shift(emax) : 0;
+    const float f = pow2(shift);
+    float* dst = P.dst + r * P.DP;
+    for (int d = lane; d < P.DP; d += 32) {
+        float x = 0.0f;
+        if (exists && d < P.D) x = sanitize(E::load(src, d));
+        dst[d] = P.prep_scale ? __fmul_rn(x, f) : x;  // §2.5: one multiply per element
+    }
+    if (lane == 0) {
+        P.shift[r] = shift;
+        P.bad[r] = bad != 0 ? 1u : 0u;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) detattn_prepare_f32(const Params P) { prepare<ElemF32>(P); }
+extern "C" __global__ void __launch_bounds__(256) detattn_prepare_f16(const Params P) { prepare<ElemF16>(P); }
+extern "C" __global__ void __launch_bounds__(256) detattn_prepare_bf16(const Params P) { prepare<ElemBf16>(P); }
+
+// ------------------------------------------------------------------------------ §7 Reject scan
+
+// One block of 1024 threads: each thread ORs a strided share of each flag array, then the block
+// ORs the threads' words. OR is exact and order-free; no atomics.
+extern "C" __global__ void __launch_bounds__(1024) detattn_reject_flags(const Params P) {
+    __shared__ unsigned part[3][32];
+    const long long nq = (long long)P.B * P.Hq * P.Sq;
+    const long long nkv = (long long)P.B * P.Hkv * P.skv_pad;
+    unsigned f[3] = {0u, 0u, 0u};
+    for (long long i = threadIdx.x; i < nq; i += blockDim.x) f[0] |= P.badq[i];
+    for (long long i = threadIdx.x; i < nkv; i += blockDim.x) {
+        f[1] |= P.badk[i];
+        f[2] |= P.badv[i];
+    }
+    for (int t = 0; t < 3; ++t) {
+        for (int o = 16; o > 0; o >>= 1) f[t] |= __shfl_xor_sync(0xFFFFFFFFu, f[t], o);
+        if ((threadIdx.x & 31) == 0) part[t][threadIdx.x / 32] = f[t];
+    }
+    __syncthreads();
+    if (threadIdx.x < 3) {
+        unsigned x = 0;
+        for (int w = 0; w < (int)(blockDim.x / 32); ++w) x |= part[threadIdx.x][w];
+        P.flags[threadIdx.x] = x;
+    }
+}
+
+// ------------------------------------------------------------------------------ §3-§5 fast path
+
+// Threads: 256 = 16 row groups (ty) x 16 key/column lanes (tx); tx is the low 4 bits of the lane.
+// Scores: thread (ty, tx) owns rows ty + 16k (k < RM = BM/16) and keys tx + 16c (c < 4) of the
+// tile: RM*4 chains side by side, each sequential in d (§3).
+// Values: the same thread owns the same rows and columns 64c + 4tx + e (c < DP/64, e < 4); so the
+// row's softmax state (m, alpha, bad) lives in the registers of the threads that need it.
+// l (§4): one sequential chain per row, run by lane `row` of warps 0..BM/32 (thread index == row).
+constexpr int NT = 256;
+
+template <int DP, int BM, bool KV_SHARED>
+struct Smem {
+    static constexpr int QS = DP + 4;       // padded row strides (floats): conflict-free float4 reads
+    static constexpr int PS = TILE + 4;
+    static constexpr int Q_OFF = 0;
+    static constexpr int K_OFF = Q_OFF + BM * QS;
+    static constexpr int V_OFF = K_OFF + TILE * QS;
+    static constexpr int P_OFF = V_OFF + (KV_SHARED ? 0 : TILE * QS);
+    static constexpr int A_OFF = P_OFF + BM * PS;
+    static constexpr int L_OFF = A_OFF + BM;
+    static constexpr int SK_OFF = L_OFF + BM;
+    static constexpr int BAD_OFF = SK_OFF + TILE;
+    static constexpr int FLOATS = BAD_OFF + TILE;
+    static constexpr int BYTES = FLOATS * 4;
+};
+
+// Copy `rows` rows of DP floats (global, contiguous) into shared memory with row stride QS.
+template <int DP, int QS>
+__device__ __forceinline__ void copy_rows(float* s, const float* g, int rows) {
+    const int per_row = DP / 4;
+    const int n = rows * per_row;
+    for (int e = threadIdx.x; e < n; e += NT) {
+        int row = e / per_row, c4 = e % per_row;
+        float4 x = *reinterpret_cast<const float4*>(g + (long long)row * DP + c4 * 4);
+        *reinterpret_cast<float4*>(s + row * QS + c4 * 4) = x;
+    }
+}
+
+template <class E, int DP, int BM, bool KV_SHARED>
+__device__ void exact_fast(const Params& P) {
+    typedef Smem<DP, BM, KV_SHARED> S;
+    constexpr int RM = BM / 16;
+    constexpr int NC = DP / 64;
+    extern __shared__ float4 smem4[];
+    float* sm = reinterpret_cast<float*>(smem4);
+    float* Qs = sm + S::Q_OFF;
+    float* Ks = sm + S::K_OFF;
+    float* Vs = sm + S::V_OFF;
+    float* Ps = sm + S::P_OFF;
+    float* As = sm + S::A_OFF;
+    float* Ls = sm + S::L_OFF;
+    int* skS = reinterpret_cast<int*>(sm + S::SK_OFF);
+    unsigned* badS = reinterpret_cast<unsigned*>(sm + S::BAD_OFF);
+
+    const int tid = threadIdx.x;
+    const int tx = tid & 15, ty = tid >> 4;
+    const int nrb = (P.Sq + BM - 1) / BM;
+    // Grid: x = row blocks of one head, y = (b, h) pairs (offset bh0 when the host splits).
+    const int bh = P.bh0 + (int)blockIdx.y;
+    // Heaviest row blocks first (causal: the last rows see the most keys). Position only.
+    const int rb = nrb - 1 - (int)blockIdx.x;
+    const int b = (int)udiv((unsigned)bh, (unsigned)P.Hq), h = bh - b * P.Hq;
+    const int bhkv = b * P.Hkv + (int)udiv((unsigned)h, (unsigned)P.group);
+    const int i0 = rb * BM;
+    const int L = P.kv_lens[b];
+    const int block_limit = key_limit(P, L, min(i0 + BM - 1, P.Sq - 1));
+    const int ntiles = (block_limit + TILE - 1) / TILE;
+
+    // Query rows of the block, prepared (§2); rows past Sq repeat the last row and are not written.
+    const long long qrow0 = (long long)bh * P.Sq;
+    for (int e = tid; e < BM * (DP / 4); e += NT) {
+        int row = e / (DP / 4), c4 = e % (DP / 4);
+        int i = min(i0 + row, P.Sq - 1);
+        float4 x = *reinterpret_cast<const float4*>(P.qp + (qrow0 + i) * DP + c4 * 4);
+        *reinterpret_cast<float4*>(Qs + row * S::QS + c4 * 4) = x;
+    }
+
+    int sqr[RM], lim[RM], irow[RM];
+    const unsigned char* mrow[RM];
+    float m[RM];
+    unsigned badr[RM];
+    float acc[RM][NC * 4];
+#pragma unroll
+    for (int k = 0; k < RM; ++k) {
+        irow[k] = i0 + ty + 16 * k;
+        int ic = min(irow[k], P.Sq - 1);
+        sqr[k] = P.sq[qrow0 + ic];
+        lim[k] = key_limit(P, L, ic);
+        mrow[k] = mask_row(P, b, h, ic);
+        m[k] = -DA_FLT_MAX;
+        badr[k] = 0u;
+#pragma unroll
+        for (int c = 0; c < NC * 4; ++c) acc[k][c] = 0.0f;
+    }
+    float lval = 0.0f;  // the l chain of row `tid` (tid < BM)
+
+    const long long kv0 = (long long)bhkv * P.skv_pad;
+    for (int t = 0; t < ntiles; ++t) {
+        const int j0 = t * TILE;
+        copy_rows<DP, S::QS>(Ks, P.kp + (kv0 + j0) * DP, TILE);
+        if (!KV_SHARED) copy_rows<DP, S::QS>(Vs, P.vp + (kv0 + j0) * DP, TILE);
+        if (tid < TILE) {
+            skS[tid] = P.sk[kv0 + j0 + tid];
+            badS[tid] = P.badk[kv0 + j0 + tid] | P.badv[kv0 + j0 + tid];
+        }
+        __syncthreads();
+
+        // §3: RM x 4 chains, each sequential in d.
+        float s[RM][4];
+#pragma unroll
+        for (int k = 0; k < RM; ++k)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[k][c] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < DP; d += 4) {
+            float4 qv[RM], kv[4];
+#pragma unroll
+            for (int k = 0; k < RM; ++k) qv[k] = *reinterpret_cast<const float4*>(Qs + (ty + 16 * k) * S::QS + d);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) kv[c] = *reinterpret_cast<const float4*>(Ks + (tx + 16 * c) * S::QS + d);
+#pragma unroll
+            for (int k = 0; k < RM; ++k)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    s[k][c] = __fmaf_rn(qv[k].x, kv[c].x, s[k][c]);
+                    s[k][c] = __fmaf_rn(qv[k].y, kv[c].y, s[k][c]);
+                    s[k][c] = __fmaf_rn(qv[k].z, kv[c].z, s[k][c]);
+                    s[k][c] = __fmaf_rn(qv[k].w, kv[c].w, s[k][c]);
+                }
+        }
+
+        // §4: finish scores, select by validity, tile max, weights.
+#pragma unroll
+        for (int k = 0; k < RM; ++k) {
+            float xm[4];
+            unsigned vm[4];
+            float mt = -DA_FLT_MAX;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int jt = tx + 16 * c, j = j0 + jt;
+                float x = score_finish(s[k][c], P.scale, sqr[k], skS[jt]);
+                vm[c] = mask_of(j < lim[k]) & mask_val(P, mrow[k], j);
+                xm[c] = sel(vm[c] != 0u, x, -DA_FLT_MAX);
+                mt = fmaxf(mt, xm[c]);
+                badr[k] |= vm[c] & badS[jt];
+            }
+            // max over the 16 lanes sharing the row: exact, so every lane gets the same value.
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
+            const float mnew = __fadd_rn(fmaxf(m[k], mt), 0.0f);
+            const float alpha = detattn::exp(clamp_z(__fsub_rn(m[k], mnew)));
+            float* prow = Ps + (ty + 16 * k) * S::PS;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm[c], mnew))), DA_W);
+                prow[tx + 16 * c] = __uint_as_float(__float_as_uint(e) & vm[c]);
+            }
+            if (tx == 0) As[ty + 16 * k] = alpha;
+            m[k] = mnew;
+#pragma unroll
+            for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
+        }
+        __syncthreads();
+        if (KV_SHARED) {
+            copy_rows<DP, S::QS>(Vs, P.vp + (kv0 + j0) * DP, TILE);
+            __syncthreads();
+        }
+
+        // §4: l chain (one lane per row) and acc_d = fma(p_j, v_jd, acc_d) in increasing j.
+        if (tid < BM) {
+            lval = __fmul_rn(lval, As[tid]);
+            const float* prow = Ps + tid * S::PS;
+#pragma unroll
+            for (int j = 0; j < TILE; j += 4) {
+                float4 p4 = *reinterpret_cast<const float4*>(prow + j);
+                lval = __fadd_rn(lval, p4.x);
+                lval = __fadd_rn(lval, p4.y);
+                lval = __fadd_rn(lval, p4.z);
+                lval = __fadd_rn(lval, p4.w);
+            }
+        }
+#pragma unroll 2
+        for (int j = 0; j < TILE; j += 4) {
+            float4 p4[RM];
+#pragma unroll
+            for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + 16 * k) * S::PS + j);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float* vrow = Vs + (j + e) * S::QS + 4 * tx;
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    float4 v4 = *reinterpret_cast<const float4*>(vrow + 64 * c);
+#pragma unroll
+                    for (int k = 0; k < RM; ++k) {
+                        float p = e == 0 ? p4[k].x : e == 1 ? p4[k].y : e == 2 ? p4[k].z : p4[k].w;
+                        acc[k][4 * c + 0] = __fmaf_rn(p, v4.x, acc[k][4 * c + 0]);
+                        acc[k][4 * c + 1] = __fmaf_rn(p, v4.y, acc[k][4 * c + 1]);
+                        acc[k][4 * c + 2] = __fmaf_rn(p, v4.z, acc[k][4 * c + 2]);
+                        acc[k][4 * c + 3] = __fmaf_rn(p, v4.w, acc[k][4 * c + 3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // §5, §7.
+    if (tid < BM) Ls[tid] = lval;
+    __syncthreads();
+    typename E::T* out = (typename E::T*)P.out;
+    const float maxt = E::maxt();
+#pragma unroll
+    for (int k = 0; k < RM; ++k) {
+        unsigned bad = badr[k];
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
+        if (irow[k] >= P.Sq) continue;  // padding rows of the last block: position only
+        const long long orow = qrow0 + irow[k];
+        const bool poisoned = (P.propagate != 0) & ((bad | P.badq[orow]) != 0u);
+        const float ls = l_safe(Ls[ty + 16 * k]);
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int d = 64 * c + 4 * tx + e;
+                if (d < P.D) store_out<E>(out, orow * P.D + d, finalize(acc[k][4 * c + e], ls, maxt), poisoned);
+            }
+    }
+}
+
+#define DA_FAST(DP, BM, SHARED, NAME, E)                                                          \
+    extern "C" __global__ void __launch_bounds__(NT, 1) NAME(const Params P) {                   \
+        exact_fast<E, DP, BM, SHARED>(P);                                                         \
+    }
+DA_FAST(64, 64, false, detattn_exact64_f32, ElemF32)
+DA_FAST(64, 64, false, detattn_exact64_f16, ElemF16)
+DA_FAST(64, 64, false, detattn_exact64_bf16, ElemBf16)
+// sm_86 and sm_89 give a block at most 99 KB of shared memory: there the D <= 128 kernel stages K
+// and V one after the other in one buffer (86 KB) instead of side by side (117 KB). The bits are
+// the same; src/cuda/launch.rs mirrors this choice when it sizes the shared memory.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
+#define DA_SHARED128 true
+#else
+#define DA_SHARED128 false
+#endif
+DA_FAST(128, 64, DA_SHARED128, detattn_exact128_f32, ElemF32)
+DA_FAST(128, 64, DA_SHARED128, detattn_exact128_f16, ElemF16)
+DA_FAST(128, 64, DA_SHARED128, detattn_exact128_bf16, ElemBf16)
+DA_FAST(256, 16, true, detattn_exact256_f32, ElemF32)
+DA_FAST(256, 16, true, detattn_exact256_f16, ElemF16)
+DA_FAST(256, 16, true, detattn_exact256_bf16, ElemBf16)
+
+
+// ------------------------------------------------------------------------------ any head_dim
+
+// One block of 64 threads per query row (b, h, i); thread j of the block owns key j of each
+// tile (its score chain, sequential in d) and columns d = tid + 64n of the accumulator, which
+// lives in the global scratch P.acc (each element touched by one thread only).
+constexpr int GT = 64;
+
+template <class E>
+__device__ void exact_generic(const Params& P) {
+    __shared__ float Ps[TILE];
+    __shared__ float red[2];
+    __shared__ unsigned redb[2];
+    const int tid = threadIdx.x;
+    // Grid: x = query rows, y = (b, h) pairs (offset bh0 when the host splits).
+    const int i = (int)blockIdx.x;
+    const int bh = P.bh0 + (int)blockIdx.y;
+    const long long gi = (long long)bh * P.Sq + i;
+    const int b = (int)udiv((unsigned)bh, (unsigned)P.Hq), h = bh - b * P.Hq;
+    const int bhkv = b * P.Hkv + (int)udiv((unsigned)h, (unsigned)P.group);
+    const int L = P.kv_lens[b];
+    const int lim = key_limit(P, L, i);
+    const int ntiles = (lim + TILE - 1) / TILE;
+    const int DP = P.DP;
+    const float* qrow = P.qp + gi * DP;
+    float* arow = P.acc + gi * DP;
+    const int sq = P.sq[gi];
+    const unsigned char* mrow = mask_row(P, b, h, i);
+    for (int d = tid; d < DP; d += GT) arow[d] = 0.0f;
+    float m = -DA_FLT_MAX, l = 0.0f;
+    unsigned bad = 0u;
+    const long long kv0 = (long long)bhkv * P.skv_pad;
+    for (int t = 0; t < ntiles; ++t) {
+        const int j = t * TILE + tid;
+        const float* krow = P.kp + (kv0 + j) * DP;
+        float s = 0.0f;
+        for (int d = 0; d < DP; ++d) s = __fmaf_rn(qrow[d], krow[d], s);
+        const float x = score_finish(s, P.scale, sq, P.sk[kv0 + j]);
+        const unsigned vm = mask_of(j < lim) & mask_val(P, mrow, j);
+        const float xm = sel(vm != 0u, x, -DA_FLT_MAX);
+        bad |= vm & (P.badk[kv0 + j] | P.badv[kv0 + j]);
+        float mt = xm;
+        for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
+        if ((tid & 31) == 0) red[tid / 32] = mt;
+        __syncthreads();
+        mt = fmaxf(red[0], red[1]);
+        const float mnew = __fadd_rn(fmaxf(m, mt), 0.0f);
+        const float alpha = detattn::exp(clamp_z(__fsub_rn(m, mnew)));
+        const float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm, mnew))), DA_W);
+        Ps[tid] = __uint_as_float(__float_as_uint(e) & vm);
+        m = mnew;
+        __syncthreads();
+        const float* vt = P.vp + (kv0 + (long long)t * TILE) * DP;
+        for (int d = tid; d < DP; d += GT) {
+            float a = __fmul_rn(arow[d], alpha);
+            for (int jj = 0; jj < TILE; ++jj) a = __fmaf_rn(Ps[jj], vt[(long long)jj * DP + d], a);
+            arow[d] = a;
+        }
+        // Every thread runs the same l chain on the same values (so no broadcast is needed).
+        l = __fmul_rn(l, alpha);
+        for (int jj = 0; jj < TILE; ++jj) l = __fadd_rn(l, Ps[jj]);
+        __syncthreads();
+    }
+    for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
+    if ((tid & 31) == 0) redb[tid / 32] = bad;
+    __syncthreads();
+    bad = redb[0] | redb[1] | P.badq[gi];
+    const bool poisoned = (P.propagate != 0) & (bad != 0u);
+    const float ls = l_safe(l);
+    typename E::T* out = (typename E::T*)P.out;
+    for (int d = tid; d < P.D; d += GT) store_out<E>(out, gi * P.D + d, finalize(arow[d], ls, E::maxt()), poisoned);
+}
+
+extern "C" __global__ void __launch_bounds__(GT) detattn_exact_generic_f32(const Params P) { exact_generic<ElemF32>(P); }
+extern "C" __global__ void __launch_bounds__(GT) detattn_exact_generic_f16(const Params P) { exact_generic<ElemF16>(P); }
+extern "C" __global__ void __launch_bounds__(GT) detattn_exact_generic_bf16(const Params P) { exact_generic<ElemBf16>(P); }

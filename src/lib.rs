@@ -82,3 +82,9 @@ pub use engine::{Backend, Engine, Path};
 pub use error::{Error, Result, TensorName};
 pub use half::{bf16, f16};
 pub use problem::{MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Shape};
+
+// The README's Rust example, compiled and run by `cargo test --doc` (doctests only; no item in the
+// built library).
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -30,7 +30,8 @@ fn assert_msg(e: &Error, want: &str) {
 #[test]
 fn dimension_out_of_range_every_dimension_both_ends() {
     // (name, max, a shape with that dimension set to `x`, others valid)
-    let cases: [(&str, usize, fn(usize) -> Shape); 6] = [
+    type ShapeWith = fn(usize) -> Shape;
+    let cases: [(&str, usize, ShapeWith); 6] = [
         ("batch", M24, |x| Shape::new(x, 1, 1, 1, 1, 1)),
         ("q_heads", M24, |x| Shape::new(1, x, 1, 1, 1, 1)),
         ("kv_heads", M24, |x| Shape::new(1, 1, x, 1, 1, 1)),
@@ -307,7 +308,9 @@ fn tensor_length_of_each_tensor() {
         .mask(MaskLayout::FULL)
         .build()
         .unwrap();
-    let cases: [(&Problem, [usize; 4], Option<usize>, TensorName, &str); 6] = [
+    // (problem, [q, k, v, out] lengths, mask length, the tensor named, the message)
+    type Case<'a> = (&'a Problem, [usize; 4], Option<usize>, TensorName, &'a str);
+    let cases: [Case; 6] = [
         (
             &p,
             [191, 160, 160, 192],

@@ -285,11 +285,41 @@ def join_val(a, b):
     return (o, pa | pb)
 
 
-def join_state(a, b):
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = join_val(out[k], v) if k in out else v
-    return out
+class State:
+    """Abstract state at one program point: `regs` maps a register (R7, UR4, P0, UP1) to its value
+    (absent = CLEAN); `sh` holds guard-specific values: sh[r][(P, negated)] is r's value in the
+    executions where that guard holds. It is what makes `@P5 LEA R36, ...; @P5 LDG [R36.64]` precise:
+    the load reads the value written under the same guard, not the value before it. A shadow is
+    dropped when its predicate is rewritten, so it is never read under a different meaning."""
+    __slots__ = ("regs", "sh")
+
+    def __init__(self, regs=None, sh=None):
+        self.regs = regs if regs is not None else {}
+        self.sh = sh if sh is not None else {}
+
+    def copy(self):
+        return State(dict(self.regs), {r: dict(g) for r, g in self.sh.items()})
+
+    def __eq__(self, other):
+        return self.regs == other.regs and self.sh == other.sh
+
+    def join(self, other):
+        regs = dict(self.regs)
+        for k, v in other.regs.items():
+            regs[k] = join_val(regs[k], v) if k in regs else v
+        sh = {}
+        for r in set(self.sh) | set(other.sh):
+            a, b = self.sh.get(r, {}), other.sh.get(r, {})
+            a_any, b_any = self.regs.get(r, CLEAN), other.regs.get(r, CLEAN)
+            any_v = regs.get(r, CLEAN)
+            gs = {}
+            for g in set(a) | set(b):
+                v = join_val(a.get(g, a_any), b.get(g, b_any))
+                if v != any_v:
+                    gs[g] = v
+            if gs:
+                sh[r] = gs
+        return State(regs, sh)
 
 
 ALL_P = [f"P{i}" for i in range(7)]
@@ -308,33 +338,54 @@ def expand(name, width):
 
 
 class KernelAnalysis:
-    def __init__(self, kernel, public_params, params, flow_insensitive=False):
+    def __init__(self, kernel, krule, params, flow_insensitive=False):
         self.k = kernel
         self.instrs = kernel.instrs
         self.by_addr = {ins.addr: i for i, ins in enumerate(self.instrs)}
-        self.public = set(public_params)
-        self.params = params          # (base, [(ordinal, offset, size)]) or None
+        self.params = params          # (cbank base, [(ordinal, offset, size)]) or None: layout unknown
         self.flow_insensitive = flow_insensitive
         self.shared_origin = None     # address of the first store of secret data to shared memory
         self.local_origin = None
-        self.notes = []
+        self.secret_loads = {}        # address -> parameter words its address came from (for messages)
+        # Provenance is tracked per 4-byte word of the parameter buffer (offset from its start), so a
+        # field of a struct parameter (kernels/exact.cu passes one `Params`) can be declared public.
+        self.public_words, self.scalar_words = set(), set()
+        if params is not None:
+            for o, off, size in params[1]:
+                words = set(range(off & ~3, off + size, 4))
+                if o in krule.get("public_params", []):
+                    self.public_words |= words
+                elif size <= 4:
+                    self.scalar_words |= words  # an int/float: a shape or flag, never an address base
+            for key, dest in (("public_param_bytes", self.public_words), ("scalar_param_bytes", self.scalar_words)):
+                for lo, hi in krule.get(key, []):
+                    dest |= set(range(lo & ~3, hi, 4))
+            self.scalar_words -= self.public_words
 
     # -- parameters
     def const_prov(self, op, width):
+        """Parameter words an operand c[0x0][off] reads (width in 32-bit registers)."""
         if self.params is None or op.const is None or op.const[0] != 0:
             return frozenset()
         base, plist = self.params
-        off = op.const[1]
-        if off is None:  # register-indexed parameter read: could be any parameter
-            return frozenset(o for o, _, _ in plist)
-        lo, hi = off, off + 4 * width
-        return frozenset(o for o, po, ps in plist if base + po < hi and lo < base + po + ps)
-
-    def pointer_params(self):
-        return {o for o, _, s in self.params[1]} if self.params else set()
+        end = max((off + size for _, off, size in plist), default=0)
+        if op.const[1] is None:  # register-indexed parameter read: could be any parameter word
+            return frozenset(range(0, end, 4))
+        lo = op.const[1] - base
+        return frozenset(w for w in range(lo & ~3, lo + 4 * width, 4) if 0 <= w < end)
 
     def describe_params(self, prov):
-        return ", ".join(f"param {o}" + (" (public)" if o in self.public else "") for o in sorted(prov)) or "no parameter"
+        def name(w):
+            for o, off, size in (self.params[1] if self.params else []):
+                if off <= w < off + size:
+                    return f"param {o}" + (f"+0x{w - off:x}" if size > 8 else "")
+            return f"param word 0x{w:x}"
+        names = []
+        for w in sorted(prov):
+            n = name(w) + (" (public)" if w in self.public_words else "")
+            if n not in names:
+                names.append(n)
+        return ", ".join(names) or "no parameter"
 
     # -- operand roles
     def widths(self, ins):
@@ -418,39 +469,81 @@ class KernelAnalysis:
                     elif w == 1:
                         width = dw if is_store else sw
                     srcs.append((name, width))
-        if ins.base == "R2P":
-            dests = [(p, 1, False) for p in ALL_P]
+        if b in ("R2P", "P2R"):
+            # P2R R12, PR, RZ, 0x1 reads only P0; R2P PR, R0, 0x7f writes P0..P6: the mask decides.
+            mask = 0x7F
+            if ops and re.fullmatch(r"0x[0-9a-f]+", ops[-1].text):
+                mask = int(ops[-1].text, 16)
+            sel = [f"P{k}" for k in range(7) if mask >> k & 1]
+            if b == "R2P":
+                dests = [(p, 1, True) for p in sel]
+            else:
+                srcs = [x for x in srcs if x[0] != "PR"] + [(p, 1) for p in sel]
+                preds = [x for x in preds if x != "PR"] + sel
         return dests, srcs, consts, addr, preds
 
     # -- transfer
-    def val(self, st, name, width=1):
+    def val(self, st, name, width=1, guard=None):
+        """Value of a register operand read by an instruction with that guard."""
         v = CLEAN
         for r in expand(name, width):
-            if r in st:
-                v = join_val(v, st[r])
+            rv = st.regs.get(r, CLEAN)
+            if guard is not None:
+                rv = st.sh.get(r, {}).get(guard, rv)
+            v = join_val(v, rv)
         return v
 
     def load_is_public(self, addr_prov):
-        if not self.params or not addr_prov:
-            return False
-        ptrs = {o for o in addr_prov if o in self.pointer_params() and
-                next(s for oo, _, s in self.params[1] if oo == o) >= 8}
-        return bool(addr_prov & self.public) and ptrs <= self.public
+        """A global load is public when its address is computed from a public pointer and otherwise
+        only from scalar parameters (any other parameter word may belong to a secret pointer)."""
+        return bool(addr_prov & self.public_words) and addr_prov <= self.public_words | self.scalar_words
 
-    def transfer(self, ins, st, record=None):
-        """Apply one instruction to state st (modified in place)."""
-        dests, srcs, consts, addr, preds = self.roles(ins)
+    def write(self, st, r, v, guard, certain):
+        old = st.regs.get(r, CLEAN)
+        if self.flow_insensitive:
+            nv = join_val(old, v)
+            if nv != CLEAN:
+                st.regs[r] = nv
+            return
+        if certain and guard is None:  # strong update: the old value is gone
+            if v == CLEAN:
+                st.regs.pop(r, None)
+            else:
+                st.regs[r] = v
+            st.sh.pop(r, None)
+            return
+        old_sh = st.sh.get(r, {})
+        any_v = join_val(old, v)
+        gs = {g: join_val(gv, v) for g, gv in old_sh.items()}
+        if certain:  # written exactly when the guard holds, untouched when it does not
+            gs[guard] = v
+            comp = (guard[0], not guard[1])
+            gs[comp] = old_sh.get(comp, old)
+        gs = {g: gv for g, gv in gs.items() if gv != any_v}
+        if any_v != CLEAN:
+            st.regs[r] = any_v
+        if gs:
+            st.sh[r] = gs
+        else:
+            st.sh.pop(r, None)
+
+    def transfer(self, i, st, record=None):
+        """Apply instruction i to state st (modified in place)."""
+        ins = self.instrs[i]
+        dests, srcs, consts, addr, preds = self.roles_of[i]
         b = ins.base
+        guard = (ins.guard[1], ins.guard[0]) if ins.guard else None
         v = CLEAN
-        if ins.guard:
-            g = self.val(st, ins.guard[1])
-            v = (g[0], frozenset())  # predicated writes carry the guard's taint, not its provenance
+        if guard:
+            # predicated writes carry the guard's taint (which value survives depends on it)
+            v = (self.val(st, guard[0])[0], frozenset())
         addr_v = CLEAN
         for name, w in addr:
-            addr_v = join_val(addr_v, self.val(st, name, w))
+            addr_v = join_val(addr_v, self.val(st, name, w, guard))
         if b in GLOBAL_LOADS:
             if not self.load_is_public(addr_v[1]):
                 v = join_val(v, (ins.addr, frozenset()))
+                self.secret_loads[ins.addr] = self.secret_loads.get(ins.addr, frozenset()) | addr_v[1]
             else:
                 v = join_val(v, (addr_v[0], frozenset()))
         elif b in SHARED_LOADS:
@@ -463,20 +556,20 @@ class KernelAnalysis:
             v = join_val(v, (addr_v[0], frozenset()))
         else:
             for name, w in srcs:
-                v = join_val(v, self.val(st, name, w))
+                v = join_val(v, self.val(st, name, w, guard))
             for op, w in consts:
                 v = join_val(v, (None, self.const_prov(op, w)))
             if addr:  # LDC R0, c[0x0][R2]: value depends on the index
                 v = join_val(v, (addr_v[0], frozenset()))
         if b in UNTAINTED_SOURCES and not addr:
-            v = (v[0] if ins.guard else None, v[1])
+            v = (v[0] if guard else None, v[1])
         # Stores into shared / local memory: remember whether secret data went there.
         if record is not None:
             data_v = CLEAN
             for name, w in srcs:
-                data_v = join_val(data_v, self.val(st, name, w))
-            if ins.guard:
-                data_v = join_val(data_v, (self.val(st, ins.guard[1])[0], frozenset()))
+                data_v = join_val(data_v, self.val(st, name, w, guard))
+            if guard:
+                data_v = join_val(data_v, (self.val(st, guard[0])[0], frozenset()))
             if (b in STORES_SHARED or b == "ATOMS") and data_v[0] is not None:
                 record["shared"] = min(x for x in (record["shared"], data_v[0]) if x is not None)
             if b in GLOBAL_TO_SHARED and (b != "LDGSTS" or not self.load_is_public(addr_v[1])):
@@ -486,19 +579,20 @@ class KernelAnalysis:
             if b in ("ST", "ATOM") and data_v[0] is not None:  # generic address: may be shared or local
                 for key in ("shared", "local"):
                     record[key] = min(x for x in (record[key], data_v[0]) if x is not None)
+        written_preds = []
         for name, w, certain in dests:
-            regs = expand(name, w)
-            for r in regs:
-                if certain and ins.guard is None and not self.flow_insensitive:
-                    if v == CLEAN:
-                        st.pop(r, None)
-                    else:
-                        st[r] = v
+            for r in expand(name, w):
+                self.write(st, r, v, guard, certain)
+                if r[0] in "PU" and not r.startswith("UR"):
+                    written_preds.append(r)
+        if written_preds and st.sh:  # guard-specific values keyed on a rewritten predicate are stale
+            wp = set(written_preds)
+            for r in list(st.sh):
+                gs = {g: gv for g, gv in st.sh[r].items() if g[0] not in wp}
+                if gs:
+                    st.sh[r] = gs
                 else:
-                    old = st.get(r, CLEAN)
-                    nv = join_val(old, v)
-                    if nv != CLEAN:
-                        st[r] = nv
+                    del st.sh[r]
 
     # -- control flow graph
     def successors(self, i):
@@ -526,43 +620,60 @@ class KernelAnalysis:
             return nxt if ins.guard is not None else []
         return nxt
 
-    def run(self):
-        """Fixed point; returns the in-state of every instruction."""
+    def blocks(self):
+        """Basic blocks [(start, end)] and their successor blocks."""
         n = len(self.instrs)
+        succ = [self.successors(i) for i in range(n)]
+        leaders = {0} if n else set()
+        for i, ss in enumerate(succ):
+            if ss != [i + 1]:
+                leaders.update(ss)
+                if i + 1 < n:
+                    leaders.add(i + 1)
+        starts = sorted(leaders)
+        blocks = [(a, b) for a, b in zip(starts, starts[1:] + [n])]
+        index = {a: k for k, (a, _) in enumerate(blocks)}
+        bsucc = [[index[j] for j in succ[b - 1]] for _, b in blocks]
+        return blocks, bsucc
+
+    def run(self):
+        """Fixed point over the control-flow graph; returns (blocks, in-state of each block)."""
+        self.roles_of = [self.roles(ins) for ins in self.instrs]
+        blocks, bsucc = self.blocks()
         while True:
             record = {"shared": self.shared_origin, "local": self.local_origin}
             if self.flow_insensitive:
-                st = {}
-                changed = True
-                while changed:
-                    before = dict(st)
-                    for ins in self.instrs:
-                        self.transfer(ins, st, record)
-                    changed = st != before
-                ins_states = [st] * n
+                st = State()
+                while True:
+                    before = st.copy()
+                    for i in range(len(self.instrs)):
+                        self.transfer(i, st, record)
+                    if st == before:
+                        break
+                ins_states = [st] * len(blocks)
             else:
-                succ = [self.successors(i) for i in range(n)]
-                ins_states = [None] * n
-                if n:
-                    ins_states[0] = {}
-                work = [0] if n else []
+                ins_states = [None] * len(blocks)
+                if blocks:
+                    ins_states[0] = State()
+                work = [0] if blocks else []
                 inwork = set(work)
                 while work:
-                    i = work.pop()
-                    inwork.discard(i)
-                    st = dict(ins_states[i])
-                    self.transfer(self.instrs[i], st, record)
-                    for j in succ[i]:
+                    k = work.pop()
+                    inwork.discard(k)
+                    st = ins_states[k].copy()
+                    for i in range(*blocks[k]):
+                        self.transfer(i, st, record)
+                    for j in bsucc[k]:
                         old = ins_states[j]
-                        new = st if old is None else join_state(old, st)
+                        new = st.copy() if old is None else old.join(st)
                         if old is None or new != old:
                             ins_states[j] = new
                             if j not in inwork:
                                 work.append(j)
                                 inwork.add(j)
-                ins_states = [s if s is not None else {} for s in ins_states]
+                ins_states = [s if s is not None else State() for s in ins_states]
             if (record["shared"], record["local"]) == (self.shared_origin, self.local_origin):
-                return ins_states
+                return blocks, ins_states
             self.shared_origin, self.local_origin = record["shared"], record["local"]
 
     def why(self, v):
@@ -572,48 +683,89 @@ class KernelAnalysis:
             return "secret data"
         src = self.instrs[i]
         if src.base in GLOBAL_LOADS:
-            return f"{src.base} at /*{src.addr:04x}*/ `{src.text}` (global load not proven public)"
+            return (f"{src.base} at /*{src.addr:04x}*/ `{src.text}` (global load, address from "
+                    f"{self.describe_params(self.secret_loads.get(src.addr, frozenset()))}: not proven public)")
         if src.base in STORES_SHARED or src.base in SHARED_LOADS or src.base in GLOBAL_TO_SHARED:
             return f"shared memory holding secret data (first stored at /*{src.addr:04x}*/ `{src.text}`)"
         return f"/*{src.addr:04x}*/ `{src.text}`"
 
     def check(self):
         """-> [(instr, rule, message)] taint violations."""
-        states = self.run()
+        blocks, states = self.run()
+        self.block_start = [0] * len(self.instrs)
+        for lo, hi in blocks:
+            for i in range(lo, hi):
+                self.block_start[i] = lo
         out = []
-        for ins, st in zip(self.instrs, states):
-            b = ins.base
-            dests, srcs, consts, addr, preds = self.roles(ins)
-            guard_v = self.val(st, ins.guard[1]) if ins.guard else CLEAN
-            if b in CONTROL:
-                if guard_v[0] is not None:
-                    out.append((ins, "taint-branch", f"guard {'!' if ins.guard[0] else ''}{ins.guard[1]} is secret-dependent, from {self.why(guard_v)}"))
-                for name, w in srcs + addr:
-                    v = self.val(st, name, w)
-                    if v[0] is not None:
-                        out.append((ins, "taint-branch", f"operand {name} is secret-dependent, from {self.why(v)}"))
-            elif b in MEMORY or addr:
-                if guard_v[0] is not None:
-                    out.append((ins, "taint-memory-guard", f"memory access predicated on secret-dependent {ins.guard[1]}, from {self.why(guard_v)}"))
-                for name, w in addr:
-                    v = self.val(st, name, w)
-                    if v[0] is not None:
-                        out.append((ins, "taint-address", f"address register {name} is secret-dependent, from {self.why(v)}"))
-                if b in STORES_GLOBAL | {"ATOM", "ATOMG"}:
-                    prov = frozenset()
-                    for name, w in addr:
-                        prov |= self.val(st, name, w)[1]
-                    if prov & self.public:
-                        out.append((ins, "public-store", f"store into a buffer declared public ({self.describe_params(prov)}): "
-                                    "public loads are only sound for buffers the kernel never writes"))
-                for name in preds:
-                    v = self.val(st, name)
-                    if v[0] is not None:
-                        out.append((ins, "taint-memory-guard", f"predicate operand {name} is secret-dependent, from {self.why(v)}"))
+        for (lo, hi), bst in zip(blocks, states):
+            st = bst.copy()
+            for i in range(lo, hi):
+                self.check_one(i, st, out)
+                if not self.flow_insensitive:
+                    self.transfer(i, st)
         return out
+
+    def definer(self, i, name):
+        """The nearest instruction before i (listing order, same basic block) that writes `name`."""
+        regs = set(expand(name, 1))
+        for j in range(i - 1, self.block_start[i] - 1, -1):
+            if any(set(expand(n, w)) & regs for n, w, _ in self.roles_of[j][0]):
+                x = self.instrs[j]
+                return f"; {name} set at /*{x.addr:04x}*/ `{x.text}`"
+        return f"; {name} set in a predecessor block"
+
+    def check_one(self, i, st, out):
+        ins = self.instrs[i]
+        b = ins.base
+        dests, srcs, consts, addr, preds = self.roles_of[i]
+        guard = (ins.guard[1], ins.guard[0]) if ins.guard else None
+        guard_v = self.val(st, guard[0]) if guard else CLEAN
+        gname = f"{'!' if ins.guard[0] else ''}{ins.guard[1]}" if guard else ""
+        if b in CONTROL:
+            if guard_v[0] is not None:
+                out.append((ins, "taint-branch", f"guard {gname} is secret-dependent, from {self.why(guard_v)}"
+                            + self.definer(i, guard[0])))
+            for name, w in srcs + addr:
+                v = self.val(st, name, w, guard)
+                if v[0] is not None:
+                    out.append((ins, "taint-branch", f"operand {name} is secret-dependent, from {self.why(v)}"
+                                + self.definer(i, name)))
+        elif b in MEMORY or addr:
+            if guard_v[0] is not None:
+                out.append((ins, "taint-memory-guard",
+                            f"memory access predicated on secret-dependent {gname}, from {self.why(guard_v)}"
+                            + self.definer(i, guard[0])))
+            for name, w in addr:
+                v = self.val(st, name, w, guard)
+                if v[0] is not None:
+                    out.append((ins, "taint-address", f"address register {name} is secret-dependent, from {self.why(v)}"
+                                + self.definer(i, name)))
+            if b in STORES_GLOBAL | {"ATOM", "ATOMG"}:
+                prov = frozenset()
+                for name, w in addr:
+                    prov |= self.val(st, name, w, guard)[1]
+                if prov & self.public_words:
+                    out.append((ins, "public-store", f"store into a buffer declared public ({self.describe_params(prov)}): "
+                                "public loads are only sound for buffers the kernel never writes"))
+            for name in preds:
+                v = self.val(st, name, 1, guard)
+                if v[0] is not None:
+                    out.append((ins, "taint-memory-guard", f"predicate operand {name} is secret-dependent, from {self.why(v)}"))
 
 
 # ------------------------------------------------------------------------------------------- audit
+def convergent_jump(ins, by_addr, has_ret):
+    """`@P0 CALL.REL.NOINC <addr>` in a kernel without any RET: the sm_80..sm_89 compilers' way to
+    leave a loop (`@P0 CALL.REL.NOINC L; BRA loop_head; L: ...`). NOINC pushes no return address and
+    nothing in the kernel could return, so it is a conditional jump, not a subroutine call: the CALL
+    rule does not apply, and the taint pass checks its guard like any branch's. A real call (the IEEE
+    division slow path) always comes with a RET, and then every CALL is reported."""
+    if ins.base != "CALL" or "NOINC" not in ins.mods or has_ret or not ins.ops:
+        return False
+    t = ins.ops[-1].text
+    return re.fullmatch(r"0x[0-9a-f]+", t) is not None and int(t, 16) in by_addr
+
+
 def audit_kernel(kernel, rules, res, params, label, flow_insensitive=False):
     """-> (list of violation lines, summary)."""
     viol = []
@@ -631,7 +783,11 @@ def audit_kernel(kernel, rules, res, params, label, flow_insensitive=False):
     path = rules["path"][krule["path"]]
     allow = set(path["allow"])
     forbid = path.get("forbid", {})
+    by_addr = {ins.addr: ins for ins in kernel.instrs}
+    has_ret = any(ins.base == "RET" for ins in kernel.instrs)
     for ins in kernel.instrs:
+        if convergent_jump(ins, by_addr, has_ret):
+            continue  # a jump, audited as a branch by the taint pass
         reason = next((r for pat, r in forbid.items() if fnmatch.fnmatchcase(ins.base, pat)
                        or fnmatch.fnmatchcase(ins.opcode, pat)), None)
         if reason:
@@ -657,8 +813,7 @@ def audit_kernel(kernel, rules, res, params, label, flow_insensitive=False):
         kp = params.get(kernel.name)
         if kp is None:
             add(None, "params", "kernel missing from the cubin's .nv.info: parameter layout unknown")
-    public = krule.get("public_params", [])
-    an = KernelAnalysis(kernel, public, kp, flow_insensitive)
+    an = KernelAnalysis(kernel, krule, kp, flow_insensitive)
     for ins, rule, msg in an.check():
         add(ins, rule, msg)
     tainted_loads = sum(1 for ins in kernel.instrs if ins.base in GLOBAL_LOADS)

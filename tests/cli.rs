@@ -1,0 +1,237 @@
+//! The `detattn` binary: exit codes, the digests it prints, and that `--json` puts exactly one JSON
+//! document on stdout (scripts/gpu_compare.py and scripts/cpu_vs_numpy.py parse it).
+//! Nothing here is timed: `bench` is only checked for the shape of its report.
+
+use std::process::{Command, Output};
+
+fn detattn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_detattn"))
+        .args(args)
+        .output()
+        .expect("the detattn binary starts")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
+}
+
+/// The pinned digest of a golden case, read from the snapshot file (not from the binary).
+fn snapshot_digest(name: &str) -> String {
+    let text = include_str!("snapshots/golden__golden_digests_exact.snap");
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(n, _)| *n == name)
+        .map(|(_, d)| d.trim().to_string())
+        .unwrap_or_else(|| panic!("{name} is in the snapshot"))
+}
+
+#[test]
+fn selftest_on_the_cpu_passes_and_reports_every_case() {
+    let o = detattn(&["selftest", "--backend", "cpu"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let n = detattn::golden::cases().len();
+    let case_lines = out.lines().filter(|l| l.starts_with('['));
+    assert_eq!(
+        case_lines.filter(|l| l.contains(" OK ")).count(),
+        n,
+        "{out}"
+    );
+    assert!(out.contains(&format!("[{n}/{n}]")), "{out}");
+    assert!(out.contains("selftest PASSED"), "{out}");
+    assert!(!out.contains("MISMATCH"), "{out}");
+}
+
+#[test]
+fn selftest_json_is_one_document_with_every_case_ok() {
+    let o = detattn(&["selftest", "--backend", "cpu", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stdout is one JSON value");
+    assert_eq!(v["ok"], true);
+    let cpu = &v["backends"][0];
+    assert_eq!(cpu["backend"], "cpu");
+    let cases = cpu["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), detattn::golden::cases().len());
+    assert!(cases.iter().all(|c| c["status"] == "ok"));
+}
+
+#[test]
+fn run_prints_the_golden_digest_of_the_same_problem() {
+    // golden case f32_mha: (2, 4, 4, 33, 33, 64), f32, seed 1.
+    let o = detattn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--batch",
+        "2",
+        "--q-heads",
+        "4",
+        "--q-len",
+        "33",
+        "--head-dim",
+        "64",
+        "--seed",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+    assert_eq!(v["digest"], snapshot_digest("f32_mha"));
+    assert_eq!(v["path"], "exact");
+    assert_eq!(v["dtype"], "f32");
+
+    // golden case f16_everything_d3_mqa: (2, 4, 1, 17, 40, 3), f16, causal, kv_lens [40, 20],
+    // full mask with every 5th row blank, seed 30; human output this time.
+    let o = detattn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--batch",
+        "2",
+        "--q-heads",
+        "4",
+        "--kv-heads",
+        "1",
+        "--q-len",
+        "17",
+        "--kv-len",
+        "40",
+        "--head-dim",
+        "3",
+        "--dtype",
+        "f16",
+        "--causal",
+        "--kv-lens",
+        "40,20",
+        "--mask",
+        "full",
+        "--blank-rows-every",
+        "5",
+        "--seed",
+        "30",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("digest"))
+        .expect("a digest line");
+    assert_eq!(
+        line.split_whitespace().nth(1),
+        Some(snapshot_digest("f16_everything_d3_mqa").as_str())
+    );
+}
+
+#[test]
+fn bench_json_has_the_fields_the_scripts_read() {
+    let o = detattn(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--q-heads",
+        "2",
+        "--q-len",
+        "32",
+        "--head-dim",
+        "16",
+        "--warmup",
+        "1",
+        "--iters",
+        "3",
+        "--rotate",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+    for key in ["median_us", "min_us", "max_us", "tflops"] {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {v}");
+    }
+    assert!(v["min_us"].as_f64() <= v["median_us"].as_f64());
+    assert!(v["median_us"].as_f64() <= v["max_us"].as_f64());
+    assert_eq!(v["iters"], 3);
+    assert!(v["backend"].as_str().is_some_and(|b| b.starts_with("cpu")));
+}
+
+#[test]
+fn validation_errors_exit_2_with_the_library_message() {
+    for (args, msg) in [
+        (
+            &["run", "--head-dim", "0"][..],
+            "head_dim must be in 1..=8192, got 0",
+        ),
+        (
+            &["run", "--q-heads", "6", "--kv-heads", "4"][..],
+            "q_heads (6) must be a multiple of kv_heads (4)",
+        ),
+        (
+            &["run", "--scale", "-1"][..],
+            "scale must be finite and > 0, got -1",
+        ),
+        (
+            &["bench", "--batch", "2", "--kv-lens", "5,2000"][..],
+            "kv_lens[1] must be in 0..=1024",
+        ),
+        (
+            &["run", "--backend", "cpu", "--path", "tensorcore"][..],
+            "the tensorcore path is not available on the cpu backend",
+        ),
+        (
+            &["run", "--backend", "cpu", "--q-len", "4", "--amp", "200"][..],
+            "q holds a NaN or infinity",
+        ),
+        (&["run", "--dtype", "f64"][..], "unknown dtype"),
+        (&["selftest", "--backend", "gpu"][..], "unknown backend"),
+    ] {
+        let o = detattn(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_gpu_that_is_not_there_is_a_runtime_error() {
+    let o = detattn(&["run", "--backend", "cuda:4096", "--q-len", "4"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn propagate_reports_nan_rows_instead_of_failing() {
+    let o = detattn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--q-heads",
+        "2",
+        "--q-len",
+        "4",
+        "--amp",
+        "200",
+        "--nonfinite",
+        "propagate",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+    // Every input is ±inf at 2^200 in f32, so every row is poisoned: B·Hq·Sq = 8 rows.
+    assert_eq!(v["nan_rows"], 8);
+}
+
+#[test]
+fn info_json_names_the_backends() {
+    let o = detattn(&["info", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["cpu"]["threads"].as_u64().is_some_and(|t| t >= 1));
+    assert!(v["cuda"]["compiled"].is_boolean());
+}

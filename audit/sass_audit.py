@@ -570,15 +570,16 @@ class KernelAnalysis:
                 data_v = join_val(data_v, self.val(st, name, w, guard))
             if guard:
                 data_v = join_val(data_v, (self.val(st, guard[0])[0], frozenset()))
+            # the origin recorded is the store itself, so that messages say "through shared memory"
             if (b in STORES_SHARED or b == "ATOMS") and data_v[0] is not None:
-                record["shared"] = min(x for x in (record["shared"], data_v[0]) if x is not None)
+                record["shared"] = min(x for x in (record["shared"], ins.addr) if x is not None)
             if b in GLOBAL_TO_SHARED and (b != "LDGSTS" or not self.load_is_public(addr_v[1])):
                 record["shared"] = min(x for x in (record["shared"], ins.addr) if x is not None)
             if b in STORES_LOCAL and data_v[0] is not None:
-                record["local"] = min(x for x in (record["local"], data_v[0]) if x is not None)
+                record["local"] = min(x for x in (record["local"], ins.addr) if x is not None)
             if b in ("ST", "ATOM") and data_v[0] is not None:  # generic address: may be shared or local
                 for key in ("shared", "local"):
-                    record[key] = min(x for x in (record[key], data_v[0]) if x is not None)
+                    record[key] = min(x for x in (record[key], ins.addr) if x is not None)
         written_preds = []
         for name, w, certain in dests:
             for r in expand(name, w):
@@ -685,8 +686,12 @@ class KernelAnalysis:
         if src.base in GLOBAL_LOADS:
             return (f"{src.base} at /*{src.addr:04x}*/ `{src.text}` (global load, address from "
                     f"{self.describe_params(self.secret_loads.get(src.addr, frozenset()))}: not proven public)")
-        if src.base in STORES_SHARED or src.base in SHARED_LOADS or src.base in GLOBAL_TO_SHARED:
-            return f"shared memory holding secret data (first stored at /*{src.addr:04x}*/ `{src.text}`)"
+        if src.base in STORES_SHARED | GLOBAL_TO_SHARED | {"ATOMS"}:
+            return f"shared memory holding secret data (stored at /*{src.addr:04x}*/ `{src.text}`)"
+        if src.base in ("ST", "ATOM"):
+            return f"shared or local memory holding secret data (generic store at /*{src.addr:04x}*/ `{src.text}`)"
+        if src.base in STORES_LOCAL:
+            return f"local memory holding secret data (stored at /*{src.addr:04x}*/ `{src.text}`)"
         return f"/*{src.addr:04x}*/ `{src.text}`"
 
     def check(self):

@@ -119,6 +119,9 @@ class PlantedFaults(unittest.TestCase):
 
     def test_taint_through_shared_memory(self):
         self.expect("shared", [("taint-branch", r"@!?P\d BRA ")])
+        _, out, viols = audit_fault("shared", "sm_90")
+        self.assertTrue(all(re.search(r"from shared memory holding secret data \(stored at /\*[0-9a-f]+\*/ `STS", v["why"])
+                            for v in viols if v["rule"] == "taint-branch"), out)
 
     def test_clean_kernel_passes(self):
         for arch in build.ARCHS:

@@ -23,7 +23,6 @@ the cubin to read the parameter layout (EIATTR_KPARAM_INFO / EIATTR_PARAM_CBANK)
 
 import argparse
 import fnmatch
-import os
 import re
 import subprocess
 import sys
@@ -86,7 +85,7 @@ class Operand:
     neg: bool = False            # a predicate written !P0
     regs: list = field(default_factory=list)  # [(name, width)] registers/predicates read or written
     mem: bool = False            # [...] address operand (registers inside are address registers)
-    const: tuple | None = None   # (bank, offset or None if register-indexed, byte width)
+    const: tuple | None = None   # c[bank][offset]: (bank, offset, or None if register-indexed)
     is_pred: bool = False
 
 
@@ -196,7 +195,7 @@ def parse_listing(text):
         parts = body.split(None, 1)
         opcode = parts[0]
         rest = parts[1] if len(parts) > 1 else ""
-        # RET.REL.NODEC R20 0x0: cuobjdump separates the last operand with a space, not a comma.
+        # (RET.REL.NODEC R20 0x0 separates its last operand with a space: one operand, R20 still found)
         ops = [parse_operand(o) for o in split_operands(rest)]
         base, *mods = opcode.split(".")
         cur.instrs.append(Instr(addr, n, re.sub(r"\s+", " ", m.group(2).strip()) + " ;", guard, opcode,
@@ -273,8 +272,9 @@ def kernel_rule(rules, name):
 # ------------------------------------------------------------------------------------------- taint
 # The abstract value of one register is a pair (origin, prov): `origin` is the address of the
 # instruction that introduced secret data (the smallest one when several reach it), None when clean;
-# `prov` the set of kernel-parameter ordinals the value was computed from (used to prove a global load
-# public). Both only grow under join, so the fixed point exists and is reached.
+# `prov` the set of parameter-buffer words (byte offsets, 4-byte granularity) the value was computed
+# from, used to prove a global load public. Both only grow under join, so the fixed point exists and
+# the worklist reaches it.
 CLEAN = (None, frozenset())
 
 

@@ -5,7 +5,8 @@
                                                      with kernels/cubin/<stem>.cubin for the parameter layout
     python3 audit/sass_audit.py --listing F.sass [--res F.res.txt] [--cubin F.cubin] [--rules R]
                                                      audit one listing (planted faults, a copy of a listing)
-    options: --flow-insensitive (the coarser taint pass), --quiet (only FAIL/violation lines)
+    options: --flow-insensitive (the coarser taint pass), --quiet (only FAIL/violation lines),
+             --check-listings (first `kernels/build.py sass --check`: the listings match the cubins)
 
 Checks, per kernel, the rules of its path in audit/rules.toml:
   opcode      every opcode in the path's allow-list; forbidden ones (MUFU, HMMA, ATOM*, RED, LDL/STL,
@@ -862,7 +863,12 @@ def main():
     ap.add_argument("--flow-insensitive", action="store_true",
                     help="coarser taint pass: a register tainted anywhere is tainted everywhere")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--check-listings", action="store_true",
+                    help="first run `python3 kernels/build.py sass --check` (listings current with the cubins)")
     args = ap.parse_args()
+    if args.check_listings and subprocess.run([sys.executable, str(ROOT / "kernels/build.py"), "sass", "--check"]).returncode:
+        print("sass_audit: FAIL (audit/sass/ is not the disassembly of kernels/cubin/)")
+        return 1
     try:
         rules = load_rules(args.rules)
     except (AuditError, OSError, tomllib.TOMLDecodeError) as e:

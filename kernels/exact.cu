@@ -227,8 +227,9 @@ struct Smem {
     static constexpr int PS = TILE + 4;
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = Q_OFF + BM * QS;
-    static constexpr int V_OFF = K_OFF + TILE * QS;
-    static constexpr int P_OFF = V_OFF + (KV_SHARED ? 0 : TILE * QS);
+    // KV_SHARED: V is staged into K's buffer once the scores are done (one buffer, two loads).
+    static constexpr int V_OFF = KV_SHARED ? K_OFF : K_OFF + TILE * QS;
+    static constexpr int P_OFF = K_OFF + (KV_SHARED ? 1 : 2) * TILE * QS;
     static constexpr int A_OFF = P_OFF + BM * PS;
     static constexpr int L_OFF = A_OFF + BM;
     static constexpr int SK_OFF = L_OFF + BM;

@@ -1,13 +1,28 @@
-//! The CUDA backend (issue 3). This file fixes the public API; the kernel launch behind it lands
-//! with `kernels/exact.cu`. Until then every entry point returns an error: it never pretends to
-//! compute.
+//! The CUDA backend of the `Exact` path (issue 3).
+//!
+//! What it promises: on every GPU it accepts (sm_80, sm_86, sm_89, sm_90), the output bits are
+//! those of the CPU reference (docs/numerics.md), for every input, dtype and option; the kernels
+//! are the embedded cubins of `kernels/cubin/`, each checked against its manifest SHA-256 before
+//! it is loaded. What it does not: it never compiles CUDA at run time and never falls back to
+//! another binary or to the CPU (`Backend::Auto` in the engine is where a fallback is chosen).
+//!
+//! Without a CUDA driver everything here returns [`Error::NoCudaDriver`]; nothing panics.
+//!
+//! Layout: `cubins` (embedded binaries and their integrity check), `launch` (the FFI edge, the
+//! only `unsafe`), `backend` (buffers, the launch sequence, timing). This file is the index.
+
+mod backend;
+mod cubins;
+mod launch;
 
 use crate::dtype::{DType, Element};
 use crate::engine::Path;
 use crate::error::{Error, Result};
 use crate::problem::Problem;
+use std::sync::Arc;
 
-pub use cudarc::driver::{CudaSlice, CudaStream};
+pub use cubins::TEST_CUBIN_DIR_ENV;
+pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 
 /// A GPU as seen by the probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +55,7 @@ pub struct CubinInfo {
 /// What the machine offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
-    /// Driver found, or why not.
+    /// Driver found (its CUDA version, e.g. 13000), or why not.
     pub driver: std::result::Result<i32, String>,
     /// GPUs found.
     pub devices: Vec<DeviceInfo>,
@@ -63,103 +78,180 @@ pub struct BenchResult {
     pub rotate: usize,
 }
 
+/// Map a driver error to [`Error::Cuda`] naming the call.
+pub(crate) fn drv(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
+    move |e| Error::Cuda {
+        op,
+        message: e.to_string(),
+    }
+}
+
 /// Probe the driver, the GPUs and the embedded cubins. Never panics, also without a driver.
 pub fn probe() -> Probe {
+    let cubins = cubins::embedded()
+        .into_iter()
+        .map(|e| CubinInfo {
+            file: e.file.to_string(),
+            arch: e.arch.to_string(),
+            sha256: e.sha256,
+            verified: e.verified,
+        })
+        .collect();
+    if !launch::driver_present() {
+        return Probe {
+            driver: Err("libcuda.so could not be loaded (no NVIDIA driver on this machine)".into()),
+            devices: vec![],
+            cubins,
+        };
+    }
+    let driver = launch::driver_version().map_err(|e| e.to_string());
+    let devices = match &driver {
+        Ok(_) => launch::devices().unwrap_or_default(),
+        Err(_) => vec![],
+    };
+    let devices = devices
+        .into_iter()
+        .map(|(ordinal, name, major, minor)| DeviceInfo {
+            ordinal,
+            name,
+            major,
+            minor,
+            supported: cubins::arch_of(major, minor).is_some(),
+        })
+        .collect();
     Probe {
-        driver: Err("not implemented yet".into()),
-        devices: vec![],
-        cubins: vec![],
+        driver,
+        devices,
+        cubins,
     }
 }
 
 /// A CUDA device with the embedded `Exact` kernels loaded.
 #[derive(Debug)]
 pub struct CudaBackend {
-    _private: (),
+    inner: backend::Inner,
 }
 
 impl CudaBackend {
-    /// Open GPU `ordinal`: probe the driver, pick the cubin for the device's architecture, check
-    /// its SHA-256 against the manifest, load it.
-    pub fn new(_ordinal: usize) -> Result<Self> {
-        // SAFETY: only tries to dlopen the driver library; calls nothing in it.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+    /// Open GPU `ordinal`: probe the driver, pick the cubin for the device's exact architecture,
+    /// check its SHA-256 against the manifest, load it.
+    ///
+    /// Errors: [`Error::NoCudaDriver`] without a driver or with no such GPU,
+    /// [`Error::UnsupportedGpu`] (naming the supported architectures) for another architecture,
+    /// [`Error::CubinIntegrity`] when the cubin does not match its manifest hash.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        if !launch::driver_present() {
             return Err(Error::NoCudaDriver {
                 reason: "libcuda.so could not be loaded".into(),
             });
         }
-        Err(Error::NoCudaDriver {
-            reason: "the CUDA Exact kernel is not built into this version".into(),
+        Ok(CudaBackend {
+            inner: backend::Inner::open(ordinal)?,
         })
     }
 
     /// One-line description (`cuda:0 NVIDIA H100 80GB HBM3 (sm_90)`).
     pub fn describe(&self) -> String {
-        "cuda".into()
+        self.inner.describe()
     }
 
-    /// The device's default stream.
-    pub fn stream(&self) -> std::sync::Arc<CudaStream> {
-        unimplemented!("lands with the kernel")
+    /// Where the loaded cubin came from (`embedded exact.sm_90.cubin`, or the test override).
+    pub fn cubin_source(&self) -> &str {
+        self.inner.cubin_source()
+    }
+
+    /// The stream the host entry point runs on (the context's default stream).
+    pub fn stream(&self) -> Arc<CudaStream> {
+        self.inner.stream()
     }
 
     /// A new stream on this device (for concurrent launches).
-    pub fn new_stream(&self) -> Result<std::sync::Arc<CudaStream>> {
-        Err(Error::NoCudaDriver {
-            reason: "not built".into(),
-        })
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        self.inner.new_stream()
     }
 
-    /// Host slices in and out (validated by the engine before this is called).
+    /// Host slices in and out (validated by the engine before this is called). Under `Reject`
+    /// the inputs are scanned on the host first; nothing is uploaded if one is non-finite.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run<T: Element>(
         &self,
-        _p: &Problem,
-        _path: Path,
-        _q: &[T],
-        _k: &[T],
-        _v: &[T],
-        _mask: Option<&[bool]>,
-        _out: &mut [T],
+        p: &Problem,
+        path: Path,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        mask: Option<&[bool]>,
+        out: &mut [T],
     ) -> Result<()> {
-        Err(Error::NoCudaDriver {
-            reason: "not built".into(),
-        })
+        if path != Path::Exact {
+            return Err(Error::PathUnavailable {
+                path,
+                backend: self.describe(),
+                reason: "the CUDA backend runs the Exact path only so far",
+            });
+        }
+        self.inner.run_host(p, q, k, v, mask, out)
     }
 
     /// Device-resident buffers, launched on `stream` (asynchronous: synchronise the stream before
     /// reading `out`). The mask is one byte per entry (0 or 1). Validates lengths and devices;
-    /// under `Reject` scans the inputs on the GPU first.
+    /// under `Reject` scans the inputs on the GPU first (reading every element, then deciding
+    /// once; this waits for the scan) and writes nothing if one is non-finite.
     #[allow(clippy::too_many_arguments)]
     pub fn run_device<T: Element + cudarc::driver::DeviceRepr>(
         &self,
-        _stream: &CudaStream,
-        _p: &Problem,
-        _q: &CudaSlice<T>,
-        _k: &CudaSlice<T>,
-        _v: &CudaSlice<T>,
-        _mask: Option<&CudaSlice<u8>>,
-        _out: &mut CudaSlice<T>,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &mut CudaSlice<T>,
     ) -> Result<()> {
-        Err(Error::NoCudaDriver {
-            reason: "not built".into(),
-        })
+        self.inner.run_device(stream, p, q, k, v, mask, out, true)
     }
 
-    /// Time the kernel with CUDA events: seeded inputs (never zeros) generated on the host,
+    /// Microseconds (CUDA events) of one launch of the `Exact` kernels on device-resident inputs:
+    /// the preparation kernels, the GPU non-finite scan under `Reject`, and the attention kernel,
+    /// exactly as [`run_device`](CudaBackend::run_device) enqueues them. For timing harnesses
+    /// (the constant-time test): the attention kernel always runs and writes `out`, whatever the
+    /// scan finds (the `Reject` decision is not taken here), so the time covers the same work for
+    /// every input. Scratch buffers are allocated before the first event, outside the timing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_launch<T: Element + cudarc::driver::DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &mut CudaSlice<T>,
+    ) -> Result<f32> {
+        self.inner.time_launch(stream, p, q, k, v, mask, out)
+    }
+
+    /// Time the kernels with CUDA events: seeded inputs (never zeros) generated on the host,
     /// `rotate` input sets uploaded, `warmup` untimed launches, then `iters` timed launches
-    /// cycling through the sets.
+    /// cycling through the sets. Each timed launch is the preparation kernels plus the attention
+    /// kernel (what a call costs on the GPU, without uploads or the `Reject` scan).
     pub fn bench(
         &self,
-        _p: &Problem,
-        _dtype: DType,
-        _seed: u64,
-        _warmup: usize,
-        _iters: usize,
-        _rotate: usize,
+        p: &Problem,
+        dtype: DType,
+        seed: u64,
+        warmup: usize,
+        iters: usize,
+        rotate: usize,
     ) -> Result<BenchResult> {
-        Err(Error::NoCudaDriver {
-            reason: "not built".into(),
-        })
+        match dtype {
+            DType::F32 => self.inner.bench::<f32>(p, seed, warmup, iters, rotate),
+            DType::F16 => self
+                .inner
+                .bench::<half::f16>(p, seed, warmup, iters, rotate),
+            DType::Bf16 => self
+                .inner
+                .bench::<half::bf16>(p, seed, warmup, iters, rotate),
+        }
     }
 }

@@ -1,0 +1,752 @@
+//! Buffers and the launch sequence of the `Exact` path on a GPU.
+//!
+//! A call runs, on one stream: `prepare` for Q, K and V (numerics.md §2, into f32 scratch
+//! buffers, one row per warp), then under `Reject` on device-resident inputs the non-finite scan
+//! (`reject_flags`, then the host reads three words and decides once), then the attention kernel:
+//! the tiled fast kernel for head_dim ≤ 256 (one of three, by head_dim) or the generic kernel
+//! above. The choice of kernel depends on the shape only, and every kernel produces the bits of
+//! docs/numerics.md, so the choice never changes the output.
+
+use super::launch::{self, Kernel, Module, Params};
+use super::{BenchResult, cubins, drv};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result, TensorName};
+use crate::inputs::{GenOptions, generate};
+use crate::problem::{NonFinitePolicy, Problem};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
+};
+use std::sync::Arc;
+
+/// Keys per tile (numerics.md §4), as the kernels use it.
+const TILE: usize = crate::numerics::TILE;
+/// Head-dim bound, rows per block and threads of the three fast kernels (kernels/exact.cu).
+const FAST_DP: [usize; 3] = [64, 128, 256];
+const FAST_BM: [usize; 3] = [64, 64, 16];
+const FAST_THREADS: u32 = 256;
+const GENERIC_THREADS: u32 = 64;
+const PREPARE_THREADS: u32 = 256;
+const PREPARE_ROWS_PER_BLOCK: usize = PREPARE_THREADS as usize / 32;
+/// Largest grid y (and z) dimension; larger launches are split along y by the host.
+const MAX_GRID_Y: usize = 65535;
+
+/// Whether the fast kernel `idx` stages K and V in one shared buffer (kernels/exact.cu: always
+/// for D ≤ 256; for D ≤ 128 on sm_86/sm_89, whose blocks get at most 99 KB).
+fn kv_shared(idx: usize, arch: &str) -> bool {
+    match idx {
+        0 => false,
+        1 => arch == "sm_86" || arch == "sm_89",
+        _ => true,
+    }
+}
+
+/// Dynamic shared memory of a fast kernel: `Smem<DP, BM, KV_SHARED>::BYTES` in kernels/exact.cu.
+fn smem_bytes(idx: usize, arch: &str) -> u32 {
+    let (dp, bm) = (FAST_DP[idx], FAST_BM[idx]);
+    let qs = dp + 4;
+    let kv = if kv_shared(idx, arch) { 1 } else { 2 };
+    let floats = bm * qs + kv * TILE * qs + bm * (TILE + 4) + 2 * bm + 2 * TILE;
+    (floats * 4) as u32
+}
+
+fn dtype_suffix(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::Bf16 => "bf16",
+    }
+}
+
+#[derive(Debug)]
+struct Kernels {
+    prepare: [Kernel; 3],
+    reject: Kernel,
+    fast: [[Kernel; 3]; 3],
+    generic: [Kernel; 3],
+    smem: [u32; 3],
+}
+
+/// An opened device with its kernels.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    arch: &'static str,
+    source: String,
+    k: Kernels,
+    // Declared last: dropped after the kernel handles that point into it.
+    _module: Module,
+}
+
+/// Shape-derived launch geometry (public information only).
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    fast: Option<usize>,
+    dp: usize,
+    skv_pad: usize,
+    nq: usize,
+    nkv: usize,
+    bh: usize,
+}
+
+fn too_large(what: &str) -> Error {
+    Error::Cuda {
+        op: "launch planning",
+        message: format!("{what} exceeds what one launch of the CUDA kernels indexes (2^31 - 1)"),
+    }
+}
+
+fn plan(p: &Problem) -> Result<Plan> {
+    let s = p.shape();
+    let fast = [64usize, 128, 256].iter().position(|&b| s.head_dim <= b);
+    let dp = fast.map_or(s.head_dim.div_ceil(4) * 4, |i| FAST_DP[i]);
+    let skv_pad = s.kv_len.div_ceil(TILE) * TILE;
+    let lim = i32::MAX as usize;
+    let bh = s.batch.checked_mul(s.q_heads).filter(|&x| x <= lim);
+    let bh = bh.ok_or_else(|| too_large("batch × q_heads"))?;
+    let nq = bh
+        .checked_mul(s.q_len)
+        .ok_or_else(|| too_large("query rows"))?;
+    let nkv = (s.batch * s.kv_heads)
+        .checked_mul(skv_pad)
+        .ok_or_else(|| too_large("key rows"))?;
+    nq.checked_mul(dp)
+        .and(nkv.checked_mul(dp))
+        .ok_or_else(|| too_large("prepared elements"))?;
+    Ok(Plan {
+        fast,
+        dp,
+        skv_pad,
+        nq,
+        nkv,
+        bh,
+    })
+}
+
+/// Scratch buffers of one call (prepared rows, shifts, flags).
+struct Scratch {
+    qp: CudaSlice<f32>,
+    kp: CudaSlice<f32>,
+    vp: CudaSlice<f32>,
+    sq: CudaSlice<i32>,
+    sk: CudaSlice<i32>,
+    sv: CudaSlice<i32>,
+    badq: CudaSlice<u32>,
+    badk: CudaSlice<u32>,
+    badv: CudaSlice<u32>,
+    flags: CudaSlice<u32>,
+    acc: CudaSlice<f32>,
+    kv_lens: CudaSlice<i32>,
+}
+
+fn alloc_scratch(stream: &Arc<CudaStream>, p: &Problem, pl: &Plan) -> Result<Scratch> {
+    let z = |n: usize| {
+        stream
+            .alloc_zeros::<f32>(n.max(1))
+            .map_err(drv("cuMemAlloc"))
+    };
+    let zi = |n: usize| {
+        stream
+            .alloc_zeros::<i32>(n.max(1))
+            .map_err(drv("cuMemAlloc"))
+    };
+    let zu = |n: usize| {
+        stream
+            .alloc_zeros::<u32>(n.max(1))
+            .map_err(drv("cuMemAlloc"))
+    };
+    let s = p.shape();
+    let lens: Vec<i32> = (0..s.batch).map(|b| p.kv_len_of(b) as i32).collect();
+    Ok(Scratch {
+        qp: z(pl.nq * pl.dp)?,
+        kp: z(pl.nkv * pl.dp)?,
+        vp: z(pl.nkv * pl.dp)?,
+        sq: zi(pl.nq)?,
+        sk: zi(pl.nkv)?,
+        sv: zi(pl.nkv)?,
+        badq: zu(pl.nq)?,
+        badk: zu(pl.nkv)?,
+        badv: zu(pl.nkv)?,
+        flags: zu(3)?,
+        acc: z(if pl.fast.is_none() { pl.nq * pl.dp } else { 1 })?,
+        kv_lens: stream.clone_htod(&lens).map_err(drv("cuMemcpyHtoD"))?,
+    })
+}
+
+/// Device addresses of the caller's tensors.
+#[derive(Clone, Copy)]
+struct Io {
+    q: u64,
+    k: u64,
+    v: u64,
+    mask: u64,
+    out: u64,
+}
+
+/// Holds the cudarc stream-ordering guards of every buffer a launch touches until it is enqueued.
+struct Guards<'a>(Vec<SyncOnDrop<'a>>);
+impl<'a> Guards<'a> {
+    fn r<T>(&mut self, s: &'a CudaSlice<T>, st: &'a CudaStream) -> u64 {
+        let (p, g) = s.device_ptr(st);
+        self.0.push(g);
+        p
+    }
+    fn w<T>(&mut self, s: &'a mut CudaSlice<T>, st: &'a CudaStream) -> u64 {
+        let (p, g) = s.device_ptr_mut(st);
+        self.0.push(g);
+        p
+    }
+    fn bits(&mut self, b: &'a Bits, st: &'a CudaStream) -> u64 {
+        match b {
+            Bits::W32(s) => self.r(s, st),
+            Bits::W16(s) => self.r(s, st),
+        }
+    }
+    fn bits_w(&mut self, b: &'a mut Bits, st: &'a CudaStream) -> u64 {
+        match b {
+            Bits::W32(s) => self.w(s, st),
+            Bits::W16(s) => self.w(s, st),
+        }
+    }
+}
+
+/// Device addresses of the scratch buffers, in the order `base_params` takes them.
+fn scratch_ptrs<'a>(sc: &'a mut Scratch, stream: &'a CudaStream, g: &mut Guards<'a>) -> [u64; 12] {
+    [
+        g.w(&mut sc.qp, stream),
+        g.w(&mut sc.kp, stream),
+        g.w(&mut sc.vp, stream),
+        g.w(&mut sc.sq, stream),
+        g.w(&mut sc.sk, stream),
+        g.w(&mut sc.sv, stream),
+        g.w(&mut sc.badq, stream),
+        g.w(&mut sc.badk, stream),
+        g.w(&mut sc.badv, stream),
+        g.w(&mut sc.flags, stream),
+        g.w(&mut sc.acc, stream),
+        g.r(&sc.kv_lens, stream),
+    ]
+}
+
+/// A device buffer of raw element bits in the input dtype's width (host entry point).
+enum Bits {
+    W32(CudaSlice<u32>),
+    W16(CudaSlice<u16>),
+}
+
+fn upload<T: Element>(stream: &Arc<CudaStream>, x: &[T]) -> Result<Bits> {
+    Ok(match T::DTYPE.size() {
+        4 => {
+            let v: Vec<u32> = x.iter().map(|e| e.to_bits_u32()).collect();
+            Bits::W32(stream.clone_htod(&v).map_err(drv("cuMemcpyHtoD"))?)
+        }
+        _ => {
+            let v: Vec<u16> = x.iter().map(|e| e.to_bits_u32() as u16).collect();
+            Bits::W16(stream.clone_htod(&v).map_err(drv("cuMemcpyHtoD"))?)
+        }
+    })
+}
+
+impl Inner {
+    pub(crate) fn open(ordinal: usize) -> Result<Inner> {
+        launch::driver_version().map_err(|e| Error::NoCudaDriver {
+            reason: e.to_string(),
+        })?;
+        let devices = launch::devices()?;
+        let Some((_, name, major, minor)) = devices.into_iter().find(|d| d.0 == ordinal) else {
+            return Err(Error::NoCudaDriver {
+                reason: format!("no CUDA GPU with ordinal {ordinal}"),
+            });
+        };
+        let arch = cubins::arch_of(major, minor).ok_or_else(|| Error::UnsupportedGpu {
+            ordinal,
+            name: name.clone(),
+            major,
+            minor,
+            supported: cubins::ARCHS.join(", "),
+        })?;
+        let (cubin, source) = cubins::load(arch)?;
+        let ctx = CudaContext::new(ordinal).map_err(drv("cuCtxCreate"))?;
+        let stream = ctx.default_stream();
+        let module = Module::load(&ctx, &cubin)?;
+        let dts = [DType::F32, DType::F16, DType::Bf16];
+        let by_dt = |stem: &str, smem: u32| -> Result<[Kernel; 3]> {
+            let f = |d: DType| module.kernel(&format!("{stem}_{}", dtype_suffix(d)), smem);
+            Ok([f(dts[0])?, f(dts[1])?, f(dts[2])?])
+        };
+        let smem = [
+            smem_bytes(0, arch),
+            smem_bytes(1, arch),
+            smem_bytes(2, arch),
+        ];
+        let k = Kernels {
+            prepare: by_dt("detattn_prepare", 0)?,
+            reject: module.kernel("detattn_reject_flags", 0)?,
+            fast: [
+                by_dt("detattn_exact64", smem[0])?,
+                by_dt("detattn_exact128", smem[1])?,
+                by_dt("detattn_exact256", smem[2])?,
+            ],
+            generic: by_dt("detattn_exact_generic", 0)?,
+            smem,
+        };
+        Ok(Inner {
+            ordinal,
+            ctx,
+            stream,
+            name,
+            arch,
+            source,
+            k,
+            _module: module,
+        })
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!("cuda:{} {} ({})", self.ordinal, self.name, self.arch)
+    }
+    pub(crate) fn cubin_source(&self) -> &str {
+        &self.source
+    }
+    pub(crate) fn stream(&self) -> Arc<CudaStream> {
+        self.stream.clone()
+    }
+    pub(crate) fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        self.ctx.new_stream().map_err(drv("cuStreamCreate"))
+    }
+
+    fn base_params(&self, p: &Problem, pl: &Plan, io: Io, sc: [u64; 12]) -> Params {
+        let s = p.shape();
+        let layout = p.mask();
+        Params {
+            q: io.q,
+            k: io.k,
+            v: io.v,
+            mask: io.mask,
+            out: io.out,
+            kv_lens: sc[11],
+            qp: sc[0],
+            kp: sc[1],
+            vp: sc[2],
+            sq: sc[3],
+            sk: sc[4],
+            badq: sc[6],
+            badk: sc[7],
+            badv: sc[8],
+            flags: sc[9],
+            acc: sc[10],
+            b: s.batch as i32,
+            hq: s.q_heads as i32,
+            hkv: s.kv_heads as i32,
+            sq_len: s.q_len as i32,
+            skv: s.kv_len as i32,
+            d: s.head_dim as i32,
+            dp: pl.dp as i32,
+            skv_pad: pl.skv_pad as i32,
+            causal: p.causal() as i32,
+            has_mask: layout.is_some() as i32,
+            mask_per_batch: layout.is_some_and(|l| l.per_batch) as i32,
+            mask_per_head: layout.is_some_and(|l| l.per_head) as i32,
+            propagate: (p.nonfinite() == NonFinitePolicy::Propagate) as i32,
+            scale: p.scale(),
+            group: s.group() as i32,
+            ..Params::default()
+        }
+    }
+
+    /// Enqueue prepare (and the scan when `scan`), then, when `attend`, the attention kernel. All on `stream`; asynchronous.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        pl: &Plan,
+        dtype: DType,
+        io: Io,
+        sc: &mut Scratch,
+        scan: bool,
+        attend: bool,
+    ) -> Result<()> {
+        let s = *p.shape();
+        let dt = dtype.code() as usize;
+        let mut g = Guards(Vec::new());
+        let ptrs = scratch_ptrs(sc, stream, &mut g);
+        let base = self.base_params(p, pl, io, ptrs);
+        {
+            // §2: Q rows (scaled), K rows (scaled, padded to whole tiles), V rows (sanitised).
+            let jobs = [
+                (
+                    io.q,
+                    ptrs[0],
+                    ptrs[3],
+                    ptrs[6],
+                    s.batch * s.q_heads,
+                    s.q_len,
+                    s.q_len,
+                    1,
+                ),
+                (
+                    io.k,
+                    ptrs[1],
+                    ptrs[4],
+                    ptrs[7],
+                    s.batch * s.kv_heads,
+                    s.kv_len,
+                    pl.skv_pad,
+                    1,
+                ),
+                (
+                    io.v,
+                    ptrs[2],
+                    ptrs[5],
+                    ptrs[8],
+                    s.batch * s.kv_heads,
+                    s.kv_len,
+                    pl.skv_pad,
+                    0,
+                ),
+            ];
+            for (src, dst, shift, bad, heads, src_rows, dst_rows, scale) in jobs {
+                let gx = dst_rows.div_ceil(PREPARE_ROWS_PER_BLOCK) as u32;
+                let mut h0 = 0;
+                while h0 < heads {
+                    let n = (heads - h0).min(MAX_GRID_Y);
+                    let prm = Params {
+                        src,
+                        dst,
+                        shift,
+                        bad,
+                        prep_head0: h0 as i32,
+                        prep_src_rows: src_rows as i32,
+                        prep_dst_rows: dst_rows as i32,
+                        prep_scale: scale,
+                        ..base
+                    };
+                    launch::launch(
+                        stream,
+                        self.k.prepare[dt],
+                        (gx, n as u32, 1),
+                        PREPARE_THREADS,
+                        0,
+                        &prm,
+                    )?;
+                    h0 += n;
+                }
+            }
+        }
+        if scan {
+            launch::launch(stream, self.k.reject, (1, 1, 1), 1024, 0, &base)?;
+        }
+        if attend {
+            self.enqueue_attend(stream, pl, dt, &base)?;
+        }
+        drop(g);
+        Ok(())
+    }
+
+    fn enqueue_attend(
+        &self,
+        stream: &CudaStream,
+        pl: &Plan,
+        dt: usize,
+        base: &Params,
+    ) -> Result<()> {
+        let mut bh0 = 0;
+        while bh0 < pl.bh {
+            let n = (pl.bh - bh0).min(MAX_GRID_Y);
+            let prm = Params {
+                bh0: bh0 as i32,
+                ..*base
+            };
+            match pl.fast {
+                Some(i) => {
+                    let nrb = (base.sq_len as usize).div_ceil(FAST_BM[i]) as u32;
+                    launch::launch(
+                        stream,
+                        self.k.fast[i][dt],
+                        (nrb, n as u32, 1),
+                        FAST_THREADS,
+                        self.k.smem[i],
+                        &prm,
+                    )?;
+                }
+                None => {
+                    launch::launch(
+                        stream,
+                        self.k.generic[dt],
+                        (base.sq_len as u32, n as u32, 1),
+                        GENERIC_THREADS,
+                        0,
+                        &prm,
+                    )?;
+                }
+            }
+            bh0 += n;
+        }
+        Ok(())
+    }
+
+    fn check_device<T>(&self, tensor: TensorName, x: &CudaSlice<T>) -> Result<()> {
+        if x.context().ordinal() != self.ordinal || x.context().cu_ctx() != self.ctx.cu_ctx() {
+            return Err(Error::WrongDevice {
+                tensor,
+                ordinal: self.ordinal,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_stream(&self, stream: &CudaStream) -> Result<()> {
+        if stream.context().cu_ctx() != self.ctx.cu_ctx() {
+            return Err(Error::Cuda {
+                op: "stream check",
+                message: format!(
+                    "the stream belongs to another context than cuda:{}",
+                    self.ordinal
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Check lengths and devices of device-resident arguments.
+    #[allow(clippy::too_many_arguments)]
+    fn check_device_args<T>(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &CudaSlice<T>,
+    ) -> Result<()> {
+        p.check_inputs(q.len(), k.len(), v.len(), mask.map(|m| m.len()))?;
+        p.check_output(out.len())?;
+        self.check_stream(stream)?;
+        self.check_device(TensorName::Q, q)?;
+        self.check_device(TensorName::K, k)?;
+        self.check_device(TensorName::V, v)?;
+        if let Some(m) = mask {
+            self.check_device(TensorName::Mask, m)?;
+        }
+        self.check_device(TensorName::Out, out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_device<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &mut CudaSlice<T>,
+        decide: bool,
+    ) -> Result<()> {
+        self.check_device_args(stream, p, q, k, v, mask, out)?;
+        let pl = plan(p)?;
+        // Scratch is allocated on the backend's stream and used on `stream`: cudarc's events
+        // order the two (and the frees after the kernels) when several streams exist.
+        let mut sc = alloc_scratch(&self.stream, p, &pl)?;
+        let scan = p.nonfinite() == NonFinitePolicy::Reject;
+        let mut g = Guards(Vec::new());
+        let io = Io {
+            q: g.r(q, stream),
+            k: g.r(k, stream),
+            v: g.r(v, stream),
+            mask: mask.map_or(0, |m| g.r(m, stream)),
+            out: g.w(out, stream),
+        };
+        if scan && decide {
+            self.enqueue(stream, p, &pl, T::DTYPE, io, &mut sc, true, false)?;
+            let flags = self
+                .stream
+                .clone_dtoh(&sc.flags)
+                .map_err(drv("cuMemcpyDtoH"))?;
+            self.stream
+                .synchronize()
+                .map_err(drv("kernel execution (prepare, scan)"))?;
+            let names = [TensorName::Q, TensorName::K, TensorName::V];
+            if let Some(i) = flags.iter().position(|&f| f != 0) {
+                return Err(Error::NonFinite { tensor: names[i] });
+            }
+            let ptrs = scratch_ptrs(&mut sc, stream, &mut g);
+            let base = self.base_params(p, &pl, io, ptrs);
+            self.enqueue_attend(stream, &pl, T::DTYPE.code() as usize, &base)?;
+        } else {
+            self.enqueue(stream, p, &pl, T::DTYPE, io, &mut sc, scan, true)?;
+        }
+        drop(g);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn time_launch<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &mut CudaSlice<T>,
+    ) -> Result<f32> {
+        self.check_device_args(stream, p, q, k, v, mask, out)?;
+        let pl = plan(p)?;
+        let st = stream;
+        let mut sc = alloc_scratch(&self.stream, p, &pl)?;
+        let scan = p.nonfinite() == NonFinitePolicy::Reject;
+        let ev = |_| {
+            self.ctx
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(drv("cuEventCreate"))
+        };
+        let (e0, e1) = (ev(0)?, ev(1)?);
+        let mut g = Guards(Vec::new());
+        let io = Io {
+            q: g.r(q, st),
+            k: g.r(k, st),
+            v: g.r(v, st),
+            mask: mask.map_or(0, |m| g.r(m, st)),
+            out: g.w(out, st),
+        };
+        e0.record(st).map_err(drv("cuEventRecord"))?;
+        self.enqueue(st, p, &pl, T::DTYPE, io, &mut sc, scan, true)?;
+        e1.record(st).map_err(drv("cuEventRecord"))?;
+        drop(g);
+        e1.synchronize().map_err(drv("kernel execution"))?;
+        let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
+        Ok(ms * 1000.0)
+    }
+
+    pub(crate) fn run_host<T: Element>(
+        &self,
+        p: &Problem,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        mask: Option<&[bool]>,
+        out: &mut [T],
+    ) -> Result<()> {
+        if p.nonfinite() == NonFinitePolicy::Reject {
+            crate::cpu::reject_nonfinite(q, k, v)?;
+        }
+        let pl = plan(p)?;
+        let st = self.stream.clone();
+        let mut sc = alloc_scratch(&st, p, &pl)?;
+        let (dq, dk, dv) = (upload(&st, q)?, upload(&st, k)?, upload(&st, v)?);
+        let dm = match mask {
+            Some(m) => {
+                let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
+                Some(st.clone_htod(&bytes).map_err(drv("cuMemcpyHtoD"))?)
+            }
+            None => None,
+        };
+        let n = out.len();
+        let mut dout = match T::DTYPE.size() {
+            4 => Bits::W32(st.alloc_zeros::<u32>(n).map_err(drv("cuMemAlloc"))?),
+            _ => Bits::W16(st.alloc_zeros::<u16>(n).map_err(drv("cuMemAlloc"))?),
+        };
+        {
+            let mut g = Guards(Vec::new());
+            let io = Io {
+                q: g.bits(&dq, &st),
+                k: g.bits(&dk, &st),
+                v: g.bits(&dv, &st),
+                mask: dm.as_ref().map_or(0, |m| g.r(m, &st)),
+                out: g.bits_w(&mut dout, &st),
+            };
+            // The host scanned already (Reject) or the policy propagates: no device scan.
+            self.enqueue(&st, p, &pl, T::DTYPE, io, &mut sc, false, true)?;
+        }
+        let bits: Vec<u32> = match &dout {
+            Bits::W32(s) => st.clone_dtoh(s).map_err(drv("cuMemcpyDtoH"))?,
+            Bits::W16(s) => st
+                .clone_dtoh(s)
+                .map_err(drv("cuMemcpyDtoH"))?
+                .into_iter()
+                .map(u32::from)
+                .collect(),
+        };
+        st.synchronize().map_err(drv("kernel execution"))?;
+        for (o, b) in out.iter_mut().zip(bits) {
+            *o = T::from_bits_u32(b);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn bench<T: Element + DeviceRepr>(
+        &self,
+        p: &Problem,
+        seed: u64,
+        warmup: usize,
+        iters: usize,
+        rotate: usize,
+    ) -> Result<BenchResult> {
+        let rotate = rotate.max(1);
+        let iters = iters.max(1);
+        let st = self.stream.clone();
+        let pl = plan(p)?;
+        let mut sets = Vec::with_capacity(rotate);
+        for r in 0..rotate {
+            let x = generate::<T>(p, GenOptions::seed(seed.wrapping_add(r as u64)));
+            let up = |v: &[T]| st.clone_htod(v).map_err(drv("cuMemcpyHtoD"));
+            let m = match &x.mask {
+                Some(m) => {
+                    let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
+                    Some(st.clone_htod(&bytes).map_err(drv("cuMemcpyHtoD"))?)
+                }
+                None => None,
+            };
+            sets.push((up(&x.q)?, up(&x.k)?, up(&x.v)?, m));
+        }
+        let poison = vec![T::from_bits_u32(0xFFFF_FFFF); p.shape().q_elems()];
+        let mut out = st.clone_htod(&poison).map_err(drv("cuMemcpyHtoD"))?;
+        let mut sc = alloc_scratch(&st, p, &pl)?;
+        let ev = || {
+            self.ctx
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(drv("cuEventCreate"))
+        };
+        let mut times = Vec::with_capacity(iters);
+        for it in 0..warmup + iters {
+            let (q, k, v, m) = &sets[it % rotate];
+            let (e0, e1) = (ev()?, ev()?);
+            let mut g = Guards(Vec::new());
+            let io = Io {
+                q: g.r(q, &st),
+                k: g.r(k, &st),
+                v: g.r(v, &st),
+                mask: m.as_ref().map_or(0, |m| g.r(m, &st)),
+                out: g.w(&mut out, &st),
+            };
+            e0.record(&st).map_err(drv("cuEventRecord"))?;
+            self.enqueue(&st, p, &pl, T::DTYPE, io, &mut sc, false, true)?;
+            e1.record(&st).map_err(drv("cuEventRecord"))?;
+            drop(g);
+            e1.synchronize().map_err(drv("kernel execution"))?;
+            if it >= warmup {
+                let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
+                times.push(f64::from(ms) * 1000.0);
+            }
+        }
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = if sorted.len() % 2 == 1 {
+            sorted[sorted.len() / 2]
+        } else {
+            0.5 * (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2])
+        };
+        Ok(BenchResult {
+            median_us: median,
+            min_us: sorted[0],
+            max_us: sorted[sorted.len() - 1],
+            iters,
+            rotate,
+        })
+    }
+}

@@ -1,0 +1,205 @@
+//! The FFI edge: the only module of the CUDA backend with `unsafe`. It loads a verified cubin into
+//! a module, looks up the kernels, and launches them with the one by-value parameter struct that
+//! `kernels/exact.cu` declares. Everything above this module is safe Rust.
+
+use super::drv;
+use crate::error::Result;
+use cudarc::driver::sys;
+use cudarc::driver::{CudaContext, CudaStream, result};
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+/// The kernel ABI, field for field the `Params` struct of `kernels/exact.cu` (pointers are device
+/// addresses, 8 bytes; then 32-bit scalars). Change both together.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Params {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub mask: u64,
+    pub out: u64,
+    pub kv_lens: u64,
+    pub qp: u64,
+    pub kp: u64,
+    pub vp: u64,
+    pub sq: u64,
+    pub sk: u64,
+    pub badq: u64,
+    pub badk: u64,
+    pub badv: u64,
+    pub flags: u64,
+    pub acc: u64,
+    pub src: u64,
+    pub dst: u64,
+    pub shift: u64,
+    pub bad: u64,
+    pub b: i32,
+    pub hq: i32,
+    pub hkv: i32,
+    pub sq_len: i32,
+    pub skv: i32,
+    pub d: i32,
+    pub dp: i32,
+    pub skv_pad: i32,
+    pub causal: i32,
+    pub has_mask: i32,
+    pub mask_per_batch: i32,
+    pub mask_per_head: i32,
+    pub propagate: i32,
+    pub scale: f32,
+    pub prep_head0: i32,
+    pub prep_src_rows: i32,
+    pub prep_dst_rows: i32,
+    pub prep_scale: i32,
+    pub group: i32,
+    pub bh0: i32,
+}
+
+/// Whether `libcuda` can be loaded at all. cudarc panics on first use without it, so this is
+/// asked before anything else.
+pub(crate) fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the driver library; calls nothing in it.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The driver's CUDA version (e.g. 13000), after `driver_present()`.
+pub(crate) fn driver_version() -> Result<i32> {
+    result::init().map_err(drv("cuInit"))?;
+    let mut v = 0i32;
+    // SAFETY: the library is present and initialised; `v` is a valid out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut v) }
+        .result()
+        .map_err(drv("cuDriverGetVersion"))?;
+    Ok(v)
+}
+
+/// A loaded cubin and the kernels looked up in it. Unloaded on drop.
+#[derive(Debug)]
+pub(crate) struct Module {
+    ctx: Arc<CudaContext>,
+    module: sys::CUmodule,
+}
+
+// SAFETY: a CUmodule handle may be used from any thread once its context is bound there; every
+// use below binds the context first.
+unsafe impl Send for Module {}
+// SAFETY: as above; the handle is never mutated after loading.
+unsafe impl Sync for Module {}
+
+/// One kernel of a [`Module`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Kernel {
+    func: sys::CUfunction,
+}
+// SAFETY: a CUfunction is an immutable handle owned by its module, which outlives every Kernel
+// (both live in the backend).
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
+
+impl Module {
+    /// Load `cubin` (already checked against its manifest hash) into `ctx`.
+    pub(crate) fn load(ctx: &Arc<CudaContext>, cubin: &[u8]) -> Result<Module> {
+        ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        // The driver reads the image as an ELF file: give it 8-byte alignment.
+        let mut image = vec![0u64; cubin.len().div_ceil(8)];
+        // SAFETY: `image` holds at least `cubin.len()` bytes; plain byte copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                cubin.as_ptr(),
+                image.as_mut_ptr().cast::<u8>(),
+                cubin.len(),
+            )
+        };
+        // SAFETY: `image` is a complete cubin; the driver copies what it needs before returning.
+        let module = unsafe { result::module::load_data(image.as_ptr().cast::<c_void>()) }
+            .map_err(drv("cuModuleLoadData"))?;
+        Ok(Module {
+            ctx: ctx.clone(),
+            module,
+        })
+    }
+
+    /// Look up kernel `name` and allow it `smem` bytes of dynamic shared memory.
+    pub(crate) fn kernel(&self, name: &str, smem: u32) -> Result<Kernel> {
+        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        let cname = CString::new(name).expect("kernel names have no NUL");
+        // SAFETY: the module is loaded and not unloaded before `self` drops.
+        let func = unsafe { result::module::get_function(self.module, cname) }
+            .map_err(drv("cuModuleGetFunction"))?;
+        if smem > 48 * 1024 {
+            // SAFETY: `func` is a valid function of a loaded module.
+            unsafe {
+                result::function::set_function_attribute(
+                    func,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+            }
+            .map_err(drv("cuFuncSetAttribute"))?;
+        }
+        Ok(Kernel { func })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: loaded in `load`, unloaded exactly once here.
+        let _ = unsafe { result::module::unload(self.module) };
+    }
+}
+
+/// Launch `kernel` on `stream` with `params` (asynchronous).
+///
+/// The caller guarantees that every device address in `params` points to a live allocation of
+/// the size the kernel reads or writes for this problem (src/cuda/backend.rs sizes them all from
+/// the validated problem) and keeps those allocations alive until the stream has run the kernel.
+pub(crate) fn launch(
+    stream: &CudaStream,
+    kernel: Kernel,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    params: &Params,
+) -> Result<()> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(drv("cuCtxSetCurrent"))?;
+    let mut p = *params;
+    let mut args = [(&mut p as *mut Params).cast::<c_void>()];
+    // SAFETY: the kernel takes exactly one parameter, a `Params` by value, whose layout this
+    // struct mirrors; the driver copies it at launch. The addresses inside are valid as the
+    // caller guarantees (above).
+    unsafe {
+        result::launch_kernel(
+            kernel.func,
+            grid,
+            (block, 1, 1),
+            smem,
+            stream.cu_stream(),
+            &mut args,
+        )
+    }
+    .map_err(drv("cuLaunchKernel"))
+}
+
+/// `(ordinal, name, major, minor)` of every GPU, after `driver_version()` succeeded.
+pub(crate) fn devices() -> Result<Vec<(usize, String, i32, i32)>> {
+    let n = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
+    let mut out = Vec::new();
+    for i in 0..n {
+        let dev = result::device::get(i).map_err(drv("cuDeviceGet"))?;
+        let name = result::device::get_name(dev).map_err(drv("cuDeviceGetName"))?;
+        let attr = |a| {
+            // SAFETY: `dev` is a valid device handle from cuDeviceGet.
+            unsafe { result::device::get_attribute(dev, a) }.map_err(drv("cuDeviceGetAttribute"))
+        };
+        let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        out.push((i as usize, name, major, minor));
+    }
+    Ok(out)
+}

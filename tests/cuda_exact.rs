@@ -1,0 +1,574 @@
+//! GPU contract tests of the CUDA `Exact` path: D6 (bit-identical to the CPU on random problems
+//! with every option, odd sizes, extreme and non-finite values, all dtypes), the golden digests,
+//! D1–D5, fully written outputs, typed errors on the device path.
+//!
+//! Without a CUDA driver or a supported GPU every test prints `SKIPPED` and why (to stderr) and
+//! returns: it cannot pass silently on a machine that has no GPU.
+
+use detattn::cuda::{CudaBackend, CudaSlice, CudaStream, DeviceRepr};
+use detattn::inputs::{GenOptions, SplitMix64, generate};
+use detattn::{
+    Backend, DType, Element, Engine, Error, MaskLayout, NonFinitePolicy, Path, Problem, Shape,
+    TensorName, bf16, f16, golden,
+};
+use std::sync::Arc;
+
+/// The CUDA engine, or `None` after printing why the test is skipped.
+fn gpu(test: &str) -> Option<Engine> {
+    match Engine::new(Backend::Cuda(0), Path::Exact) {
+        Ok(e) => {
+            eprintln!("{test}: running on {}", e.describe());
+            Some(e)
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: no usable CUDA GPU ({e})");
+            None
+        }
+    }
+}
+
+fn cuda(e: &Engine) -> &CudaBackend {
+    e.cuda().expect("a CUDA engine has a CUDA backend")
+}
+
+fn bits<T: Element>(x: &[T]) -> Vec<u32> {
+    x.iter().map(|e| e.to_bits_u32()).collect()
+}
+
+/// First differing element, as text, or None when the bits are equal.
+fn first_diff<T: Element>(a: &[T], b: &[T]) -> Option<String> {
+    if a.len() != b.len() {
+        return Some(format!("lengths {} vs {}", a.len(), b.len()));
+    }
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x.to_bits_u32() != y.to_bits_u32())
+        .map(|i| {
+            format!(
+                "element {i}: {:#x} vs {:#x}",
+                a[i].to_bits_u32(),
+                b[i].to_bits_u32()
+            )
+        })
+}
+
+/// Inputs of `p` as the engine takes them.
+struct Case<T> {
+    q: Vec<T>,
+    k: Vec<T>,
+    v: Vec<T>,
+    mask: Option<Vec<bool>>,
+}
+
+/// Seeded inputs scaled by 2^amp, then a few extreme or non-finite values planted.
+fn inputs<T: AnyF32>(p: &Problem, seed: u64, amp: i32, plant: usize, nonfinite: bool) -> Case<T> {
+    let x = generate::<T>(
+        p,
+        GenOptions {
+            seed,
+            amp,
+            blank_rows_every: Some(5 + (seed % 7) as usize),
+        },
+    );
+    let mut c = Case {
+        q: x.q,
+        k: x.k,
+        v: x.v,
+        mask: x.mask,
+    };
+    let mut rng = SplitMix64::new(seed ^ 0xD1CE);
+    let maxt = T::DTYPE.max_finite();
+    let mut specials = vec![
+        maxt,
+        -maxt,
+        f32::from_bits(1), // smallest subnormal (becomes 0 in f16/bf16 unless exact)
+        -f32::from_bits(0x0080_0000), // smallest normal
+        0.0,
+        -0.0,
+    ];
+    if nonfinite {
+        specials.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
+    }
+    for _ in 0..plant {
+        let which = rng.next_u64() % 3;
+        let t = match which {
+            0 => &mut c.q,
+            1 => &mut c.k,
+            _ => &mut c.v,
+        };
+        let i = (rng.next_u64() % t.len() as u64) as usize;
+        let s = specials[(rng.next_u64() % specials.len() as u64) as usize];
+        t[i] = T::from_f32_rne_any(s);
+    }
+    c
+}
+
+/// `from_f32_rne` for values the dtype may not hold exactly (NaN, inf, f32 extremes): through
+/// the `half` conversions, which handle every input.
+trait AnyF32: Element {
+    fn from_f32_rne_any(x: f32) -> Self;
+}
+impl AnyF32 for f32 {
+    fn from_f32_rne_any(x: f32) -> Self {
+        x
+    }
+}
+impl AnyF32 for f16 {
+    fn from_f32_rne_any(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
+impl AnyF32 for bf16 {
+    fn from_f32_rne_any(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+}
+
+/// CPU and GPU (host entry point) on the same problem: same bits, or the same error.
+fn compare_host<T: Element>(gpu: &Engine, p: &Problem, c: &Case<T>) -> Result<(), String> {
+    let cpu = Engine::cpu().run(p, &c.q, &c.k, &c.v, c.mask.as_deref());
+    let dev = gpu.run(p, &c.q, &c.k, &c.v, c.mask.as_deref());
+    match (cpu, dev) {
+        (Ok(a), Ok(b)) => first_diff(&a, &b).map_or(Ok(()), Err),
+        (Err(a), Err(b)) if a == b => Ok(()),
+        (a, b) => Err(format!("cpu {:?} vs gpu {:?}", a.err(), b.err())),
+    }
+}
+
+fn upload<T: DeviceRepr>(s: &Arc<CudaStream>, x: &[T]) -> CudaSlice<T> {
+    s.clone_htod(x).expect("upload")
+}
+
+/// A device output buffer filled with a poison pattern that no result can have (all ones:
+/// a non-canonical NaN in every dtype).
+fn poisoned<T: Element + DeviceRepr>(s: &Arc<CudaStream>, n: usize) -> CudaSlice<T> {
+    upload(s, &vec![T::from_bits_u32(0xFFFF_FFFF); n])
+}
+
+fn mask_bytes(m: &Option<Vec<bool>>) -> Option<Vec<u8>> {
+    m.as_ref().map(|m| m.iter().map(|&b| u8::from(b)).collect())
+}
+
+/// The device entry point on `stream`, output poisoned first; returns the output (or error).
+fn run_device<T: Element + DeviceRepr>(
+    be: &CudaBackend,
+    stream: &Arc<CudaStream>,
+    p: &Problem,
+    c: &Case<T>,
+) -> Result<Vec<T>, Error> {
+    let (q, k, v) = (
+        upload(stream, &c.q),
+        upload(stream, &c.k),
+        upload(stream, &c.v),
+    );
+    let m = mask_bytes(&c.mask).map(|m| upload(stream, &m));
+    let mut out = poisoned::<T>(stream, p.shape().q_elems());
+    be.run_device(stream, p, &q, &k, &v, m.as_ref(), &mut out)?;
+    let host = stream.clone_dtoh(&out).expect("download");
+    stream.synchronize().expect("sync");
+    Ok(host)
+}
+
+fn compare_device<T: Element + DeviceRepr>(
+    gpu: &Engine,
+    p: &Problem,
+    c: &Case<T>,
+) -> Result<(), String> {
+    let be = cuda(gpu);
+    let cpu = Engine::cpu().run(p, &c.q, &c.k, &c.v, c.mask.as_deref());
+    let dev = run_device(be, &be.stream(), p, c);
+    match (cpu, dev) {
+        (Ok(a), Ok(b)) => first_diff(&a, &b).map_or(Ok(()), Err),
+        (Err(a), Err(b)) if a == b => Ok(()),
+        (a, b) => Err(format!("cpu {:?} vs gpu {:?}", a.err(), b.err())),
+    }
+}
+
+/// One random problem description from a seed.
+fn random_problem(rng: &mut SplitMix64, big: bool) -> (Problem, DType, i32, usize, bool) {
+    let mut r = |n: u64| (rng.next_u64() % n) as usize;
+    const DIMS: [usize; 24] = [
+        1, 2, 3, 5, 8, 16, 31, 32, 33, 63, 64, 64, 65, 80, 96, 127, 128, 128, 129, 200, 255, 256,
+        257, 520,
+    ];
+    let d = DIMS[r(DIMS.len() as u64)];
+    let hkv = 1 + r(3);
+    let group = 1 + r(3);
+    let b = 1 + r(3);
+    let (sq, skv) = if big {
+        (1 + r(300), 1 + r(700))
+    } else {
+        (1 + r(70), 1 + r(150))
+    };
+    let dtype = [DType::F32, DType::F16, DType::Bf16][r(3)];
+    let mut pb = Problem::builder(Shape::new(b, hkv * group, hkv, sq, skv, d)).causal(r(2) == 1);
+    if r(3) == 0 {
+        let lens = (0..b)
+            .map(|_| if r(5) == 0 { 0 } else { r(skv as u64 + 1) })
+            .collect();
+        pb = pb.kv_lens(lens);
+    }
+    match r(5) {
+        0 => pb = pb.mask(MaskLayout::FULL),
+        1 => pb = pb.mask(MaskLayout::SHARED),
+        2 => {
+            pb = pb.mask(MaskLayout {
+                per_batch: true,
+                per_head: false,
+            })
+        }
+        3 => {
+            pb = pb.mask(MaskLayout {
+                per_batch: false,
+                per_head: true,
+            })
+        }
+        _ => {}
+    }
+    if r(4) == 0 {
+        pb = pb.scale([0.3f32, 1.0, 1e-3, 7.5][r(4)]);
+    }
+    let nonfinite = r(3) == 0;
+    let policy = if nonfinite && r(4) != 0 {
+        NonFinitePolicy::Propagate
+    } else if r(2) == 0 {
+        NonFinitePolicy::Propagate
+    } else {
+        NonFinitePolicy::Reject
+    };
+    pb = pb.nonfinite(policy);
+    // amp: ordinary, tiny (subnormal products), and near the dtype's top.
+    let amp = match (dtype, r(6)) {
+        (_, 0..=2) => 0,
+        (DType::F32, 3) => -120,
+        (DType::F32, 4) => 100,
+        (DType::F32, _) => 126,
+        (DType::F16, 3) => -10,
+        (DType::F16, _) => 14,
+        (DType::Bf16, 3) => -120,
+        (DType::Bf16, _) => 126,
+    };
+    let plant = if r(2) == 0 { 0 } else { 1 + r(6) };
+    (
+        pb.build().expect("valid random problem"),
+        dtype,
+        amp,
+        plant,
+        nonfinite,
+    )
+}
+
+fn check_one<T: Element + AnyF32 + DeviceRepr>(
+    gpu: &Engine,
+    p: &Problem,
+    seed: u64,
+    amp: i32,
+    plant: usize,
+    nonfinite: bool,
+    device: bool,
+) -> Result<(), String> {
+    let c = inputs::<T>(p, seed, amp, plant, nonfinite);
+    compare_host(gpu, p, &c).map_err(|e| format!("host entry: {e}"))?;
+    if device {
+        compare_device(gpu, p, &c).map_err(|e| format!("device entry: {e}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn d6_random_problems_bit_identical_to_cpu() {
+    let Some(gpu) = gpu("d6_random_problems_bit_identical_to_cpu") else {
+        return;
+    };
+    let mut rng = SplitMix64::new(0x5EED_0003);
+    let n = 330;
+    let mut failures = Vec::new();
+    let mut kinds = [0usize; 3];
+    for i in 0..n {
+        let (p, dtype, amp, plant, nonfinite) = random_problem(&mut rng, i % 20 == 0);
+        let seed = rng.next_u64();
+        let device = i % 3 == 0;
+        kinds[dtype.code() as usize] += 1;
+        let r = match dtype {
+            DType::F32 => check_one::<f32>(&gpu, &p, seed, amp, plant, nonfinite, device),
+            DType::F16 => check_one::<f16>(&gpu, &p, seed, amp, plant, nonfinite, device),
+            DType::Bf16 => check_one::<bf16>(&gpu, &p, seed, amp, plant, nonfinite, device),
+        };
+        if let Err(e) = r {
+            failures.push(format!("#{i} {dtype} {p:?} amp {amp} plant {plant}: {e}"));
+        }
+    }
+    eprintln!(
+        "{n} random problems (f32/f16/bf16: {kinds:?}), {} mismatches",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn golden_digests_reproduced_on_gpu() {
+    let Some(gpu) = gpu("golden_digests_reproduced_on_gpu") else {
+        return;
+    };
+    eprintln!("cubin: {}", cuda(&gpu).cubin_source());
+    let want = golden::expected_digests();
+    let mut bad = Vec::new();
+    for case in golden::cases() {
+        let got = case.run(&gpu).expect(case.name).to_string();
+        let exp = &want.iter().find(|(n, _)| n == case.name).expect("pinned").1;
+        if &got != exp {
+            bad.push(format!("{}: {got} != {exp}", case.name));
+        }
+    }
+    eprintln!("{} golden cases checked on the GPU", golden::cases().len());
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+fn mixed_problem(b: usize, sq: usize, skv: usize) -> Problem {
+    Problem::builder(Shape::new(b, 4, 2, sq, skv, 64))
+        .causal(true)
+        .mask(MaskLayout::FULL)
+        .nonfinite(NonFinitePolicy::Propagate)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn d1_thousand_runs_same_bits() {
+    let Some(gpu) = gpu("d1_thousand_runs_same_bits") else {
+        return;
+    };
+    let be = cuda(&gpu);
+    let s = be.stream();
+    let p = mixed_problem(2, 100, 130);
+    let c = inputs::<f32>(&p, 11, 0, 4, true);
+    let (q, k, v) = (upload(&s, &c.q), upload(&s, &c.k), upload(&s, &c.v));
+    let m = mask_bytes(&c.mask).map(|m| upload(&s, &m));
+    let first = run_device(be, &s, &p, &c).unwrap();
+    let mut out = poisoned::<f32>(&s, p.shape().q_elems());
+    for run in 0..1000 {
+        be.run_device(&s, &p, &q, &k, &v, m.as_ref(), &mut out)
+            .unwrap();
+        let host = s.clone_dtoh(&out).unwrap();
+        assert_eq!(bits(&host), bits(&first), "run {run} differs");
+    }
+}
+
+#[test]
+fn d2_problem_alone_equals_problem_in_batch() {
+    let Some(gpu) = gpu("d2_problem_alone_equals_problem_in_batch") else {
+        return;
+    };
+    let (b, hq, hkv, sq, skv, d) = (5, 6, 3, 45, 90, 80);
+    let lens = vec![90, 17, 64, 0, 89];
+    let p = Problem::builder(Shape::new(b, hq, hkv, sq, skv, d))
+        .kv_lens(lens.clone())
+        .causal(true)
+        .build()
+        .unwrap();
+    let c = inputs::<bf16>(&p, 21, 0, 0, false);
+    let all = gpu.run(&p, &c.q, &c.k, &c.v, None).unwrap();
+    let (qn, kn) = (hq * sq * d, hkv * skv * d);
+    for bi in 0..b {
+        let one = Problem::builder(Shape::new(1, hq, hkv, sq, skv, d))
+            .kv_lens(vec![lens[bi]])
+            .causal(true)
+            .build()
+            .unwrap();
+        let out = gpu
+            .run(
+                &one,
+                &c.q[bi * qn..(bi + 1) * qn],
+                &c.k[bi * kn..(bi + 1) * kn],
+                &c.v[bi * kn..(bi + 1) * kn],
+                None,
+            )
+            .unwrap();
+        assert_eq!(bits(&out), bits(&all[bi * qn..(bi + 1) * qn]), "batch {bi}");
+    }
+}
+
+#[test]
+fn d3_decode_rows_equal_causal_prefill() {
+    let Some(gpu) = gpu("d3_decode_rows_equal_causal_prefill") else {
+        return;
+    };
+    let (hq, hkv, s, d) = (4, 2, 150, 128);
+    let p = Problem::builder(Shape::new(1, hq, hkv, s, s, d))
+        .causal(true)
+        .build()
+        .unwrap();
+    let c = inputs::<f16>(&p, 31, 0, 0, false);
+    let prefill = gpu.run(&p, &c.q, &c.k, &c.v, None).unwrap();
+    for i in [0usize, 1, 63, 64, 65, 127, 128, 149] {
+        // Decoding token i: one query row against a cache holding keys 0..=i.
+        let dec = Problem::builder(Shape::new(1, hq, hkv, 1, i + 1, d))
+            .causal(true)
+            .build()
+            .unwrap();
+        let q: Vec<f16> = (0..hq)
+            .flat_map(|h| c.q[(h * s + i) * d..(h * s + i + 1) * d].to_vec())
+            .collect();
+        let cache = |x: &[f16]| -> Vec<f16> {
+            (0..hkv)
+                .flat_map(|h| x[h * s * d..(h * s + i + 1) * d].to_vec())
+                .collect()
+        };
+        let out = gpu.run(&dec, &q, &cache(&c.k), &cache(&c.v), None).unwrap();
+        for h in 0..hq {
+            assert_eq!(
+                bits(&out[h * d..(h + 1) * d]),
+                bits(&prefill[(h * s + i) * d..(h * s + i + 1) * d]),
+                "row {i} head {h}"
+            );
+        }
+    }
+}
+
+#[test]
+fn d4_query_subset_gives_the_same_rows() {
+    let Some(gpu) = gpu("d4_query_subset_gives_the_same_rows") else {
+        return;
+    };
+    let (hq, sq, skv, d) = (3, 140, 77, 64);
+    let p = Problem::builder(Shape::new(1, hq, hq, sq, skv, d))
+        .mask(MaskLayout::FULL)
+        .build()
+        .unwrap();
+    let c = inputs::<f32>(&p, 41, 0, 0, false);
+    let full = gpu.run(&p, &c.q, &c.k, &c.v, c.mask.as_deref()).unwrap();
+    let rows: Vec<usize> = vec![0, 5, 6, 63, 64, 100, 139];
+    let sub = Problem::builder(Shape::new(1, hq, hq, rows.len(), skv, d))
+        .mask(MaskLayout::FULL)
+        .build()
+        .unwrap();
+    let mask = c.mask.as_ref().unwrap();
+    let mut q = Vec::new();
+    let mut m = Vec::new();
+    for h in 0..hq {
+        for &i in &rows {
+            q.extend_from_slice(&c.q[(h * sq + i) * d..(h * sq + i + 1) * d]);
+            m.extend_from_slice(&mask[(h * sq + i) * skv..(h * sq + i + 1) * skv]);
+        }
+    }
+    let out = gpu.run(&sub, &q, &c.k, &c.v, Some(&m)).unwrap();
+    for h in 0..hq {
+        for (r, &i) in rows.iter().enumerate() {
+            let a = &out[(h * rows.len() + r) * d..(h * rows.len() + r + 1) * d];
+            let b = &full[(h * sq + i) * d..(h * sq + i + 1) * d];
+            assert_eq!(bits(a), bits(b), "head {h} row {i}");
+        }
+    }
+}
+
+#[test]
+fn d5_two_streams_concurrent_launches() {
+    let Some(gpu) = gpu("d5_two_streams_concurrent_launches") else {
+        return;
+    };
+    let be = cuda(&gpu);
+    let (s1, s2) = (be.new_stream().unwrap(), be.new_stream().unwrap());
+    let pa = mixed_problem(3, 200, 260);
+    let pb = Problem::builder(Shape::new(2, 8, 8, 300, 300, 128))
+        .nonfinite(NonFinitePolicy::Propagate)
+        .build()
+        .unwrap();
+    let ca = inputs::<f32>(&pa, 51, 0, 3, true);
+    let cb = inputs::<bf16>(&pb, 52, 0, 0, false);
+    let want_a = Engine::cpu()
+        .run(&pa, &ca.q, &ca.k, &ca.v, ca.mask.as_deref())
+        .unwrap();
+    let want_b = Engine::cpu().run(&pb, &cb.q, &cb.k, &cb.v, None).unwrap();
+    let ma = mask_bytes(&ca.mask).map(|m| upload(&s1, &m));
+    let (qa, ka, va) = (upload(&s1, &ca.q), upload(&s1, &ca.k), upload(&s1, &ca.v));
+    let (qb, kb, vb) = (upload(&s2, &cb.q), upload(&s2, &cb.k), upload(&s2, &cb.v));
+    let mut outs_a: Vec<_> = (0..8)
+        .map(|_| poisoned::<f32>(&s1, pa.shape().q_elems()))
+        .collect();
+    let mut outs_b: Vec<_> = (0..8)
+        .map(|_| poisoned::<bf16>(&s2, pb.shape().q_elems()))
+        .collect();
+    // Interleaved launches on two streams with no synchronisation in between.
+    for (oa, ob) in outs_a.iter_mut().zip(outs_b.iter_mut()) {
+        be.run_device(&s1, &pa, &qa, &ka, &va, ma.as_ref(), oa)
+            .unwrap();
+        be.run_device(&s2, &pb, &qb, &kb, &vb, None, ob).unwrap();
+    }
+    for (i, o) in outs_a.iter().enumerate() {
+        let h = s1.clone_dtoh(o).unwrap();
+        assert_eq!(first_diff(&h, &want_a), None, "stream 1 launch {i}");
+    }
+    for (i, o) in outs_b.iter().enumerate() {
+        let h = s2.clone_dtoh(o).unwrap();
+        assert_eq!(first_diff(&h, &want_b), None, "stream 2 launch {i}");
+    }
+}
+
+#[test]
+fn device_entry_rejects_nonfinite_and_bad_arguments_without_writing() {
+    let Some(gpu) = gpu("device_entry_rejects_nonfinite_and_bad_arguments_without_writing") else {
+        return;
+    };
+    let be = cuda(&gpu);
+    let s = be.stream();
+    let p = Problem::builder(Shape::new(1, 2, 2, 9, 70, 32))
+        .build()
+        .unwrap();
+    for (which, name) in [
+        (0usize, TensorName::Q),
+        (1, TensorName::K),
+        (2, TensorName::V),
+    ] {
+        let mut c = inputs::<f32>(&p, 61, 0, 0, false);
+        let t = [&mut c.q, &mut c.k, &mut c.v][which].as_mut_slice();
+        let n = t.len();
+        t[n - 1] = f32::NAN; // the last element: the scan must read everything
+        let (q, k, v) = (upload(&s, &c.q), upload(&s, &c.k), upload(&s, &c.v));
+        let mut out = poisoned::<f32>(&s, p.shape().q_elems());
+        let r = be.run_device(&s, &p, &q, &k, &v, None, &mut out);
+        assert_eq!(r, Err(Error::NonFinite { tensor: name }));
+        let host = s.clone_dtoh(&out).unwrap();
+        assert!(
+            host.iter().all(|x| x.to_bits() == 0xFFFF_FFFF),
+            "out was written"
+        );
+    }
+    // Wrong lengths: a typed error before any work.
+    let c = inputs::<f32>(&p, 62, 0, 0, false);
+    let (q, k) = (upload(&s, &c.q), upload(&s, &c.k));
+    let short = upload(&s, &c.v[1..]);
+    let mut out = poisoned::<f32>(&s, p.shape().q_elems());
+    let r = be.run_device(&s, &p, &q, &k, &short, None, &mut out);
+    assert!(
+        matches!(
+            r,
+            Err(Error::TensorLength {
+                tensor: TensorName::V,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn time_launch_reports_a_positive_time_and_writes_the_output() {
+    let Some(gpu) = gpu("time_launch_reports_a_positive_time_and_writes_the_output") else {
+        return;
+    };
+    let be = cuda(&gpu);
+    let s = be.stream();
+    let p = mixed_problem(1, 64, 64);
+    let c = inputs::<f16>(&p, 71, 0, 0, false);
+    let (q, k, v) = (upload(&s, &c.q), upload(&s, &c.k), upload(&s, &c.v));
+    let m = mask_bytes(&c.mask).map(|m| upload(&s, &m));
+    let mut out = poisoned::<f16>(&s, p.shape().q_elems());
+    let us = be
+        .time_launch(&s, &p, &q, &k, &v, m.as_ref(), &mut out)
+        .unwrap();
+    assert!(us > 0.0 && us.is_finite(), "{us}");
+    let want = Engine::cpu()
+        .run(&p, &c.q, &c.k, &c.v, c.mask.as_deref())
+        .unwrap();
+    assert_eq!(first_diff(&s.clone_dtoh(&out).unwrap(), &want), None);
+}

@@ -165,6 +165,41 @@ class PlantedFaults(unittest.TestCase):
         self.assertIn("guard P6 is secret-dependent", hits[0]["why"])
 
 
+class RealListing(unittest.TestCase):
+    """A branch planted into a copy of a shipped listing is caught (skipped when there is none)."""
+
+    def test_branch_planted_into_shipped_kernel(self):
+        sass, cubin = ROOT / "audit/sass/exact.sm_90.sass", ROOT / "kernels/cubin/exact.sm_90.cubin"
+        if not sass.exists() or not cubin.exists():
+            self.skipTest("no shipped exact.sm_90 listing yet")
+        text = sass.read_text()
+        kernels = sass_audit.parse_listing(text)
+        kernel = next((k for k in kernels if k.name == "detattn_exact64_f32"), kernels[0])
+        ins = kernel.instrs
+        plain = ("FFMA", "FMNMX", "FADD", "FMUL")
+        idx = next(i for i in range(len(ins) // 2, len(ins) - 3) if ins[i].base == "FFMA" and ins[i].guard is None
+                   and ins[i + 1].base in plain and ins[i + 2].base in plain)
+        # keep only this kernel's part of the listing (the header and its lines), then plant
+        lines = text.splitlines()
+        first = ins[0].line - 1
+        while first > 0 and "Function :" not in lines[first]:
+            first -= 1
+        dest = ins[idx].ops[0].text
+        for k, new in ((idx + 1, f"FSETP.GT.AND P6, PT, {dest}, RZ, PT ;"),
+                       (idx + 2, f"@P6 BRA 0x{ins[idx + 3].addr:x} ;")):
+            lines[ins[k].line - 1] = re.sub(r"(/\*[0-9a-f]+\*/\s+).*?;", lambda m: m.group(1) + new,
+                                            lines[ins[k].line - 1], count=1)
+        part = ["", "\tcode for sm_90"] + lines[first:ins[-1].line + 1]
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "planted.sass"
+            copy.write_text("\n".join(part) + "\n")
+            rc, out, viols = run_tool("--listing", copy, "--cubin", cubin)
+        self.assertEqual(rc, 1, out)
+        hits = [v for v in viols if v["rule"] == "taint-branch" and v["addr"] == f"0x{ins[idx + 2].addr:04x}"]
+        self.assertTrue(hits, out)
+        self.assertEqual(hits[0]["kernel"], kernel.name)
+
+
 RULES = """
 [path.t]
 allow = ["LDG", "STG", "LDS", "STS", "BRA", "EXIT", "IMAD", "MOV", "ISETP", "FSETP", "LOP3", "SEL",

@@ -276,14 +276,73 @@ def kernel_rule(rules, name):
 # `prov` the set of parameter-buffer words (byte offsets, 4-byte granularity) the value was computed
 # from, used to prove a global load public. Both only grow under join, so the fixed point exists and
 # the worklist reaches it.
-CLEAN = (None, frozenset())
+#
+# A third element, `bits`, is the mask of the 32 bits that may be secret (0 when clean, FULL for a
+# predicate or after ordinary arithmetic). It matters only where the compiler packs booleans into the
+# bits of one register (LOP3 with an immediate sets, clears and tests single bits; P2R/R2P move
+# predicates to and from bits): a secret bit must not make its public neighbours secret.
+# Invariant: origin is None exactly when bits == 0.
+FULL = 0xFFFFFFFF
+CLEAN = (None, frozenset(), 0)
 
 
 def join_val(a, b):
-    oa, pa = a
-    ob, pb = b
+    oa, pa, ba = a
+    ob, pb, bb = b
     o = oa if ob is None else ob if oa is None else min(oa, ob)
-    return (o, pa | pb)
+    return (o, pa | pb, ba | bb)
+
+
+def taint(origin, prov=frozenset(), bits=FULL):
+    """A value with that origin (None: clean), provenance and secret bits (ignored when clean)."""
+    if origin is None or not bits:
+        return (None, prov, 0)
+    return (origin, prov, bits)
+
+
+PLAIN_REG = re.compile(r"U?R(\d+|Z)(\.reuse)?")
+
+
+def lut_bit(lut, a, b, c):
+    return (lut >> (4 * a + 2 * b + c)) & 1
+
+
+def lop3_plan(lut, kinds):
+    """Static part of LOP3's bit-level rule. kinds: per LUT input (a, b, c), ('const', K) or ('reg', k).
+    Returns [(positions mask, inputs the output depends on, inputs the output equals)] over the bit
+    positions grouped by the constants' bits. The output bit depends on a register input if flipping
+    it can flip the output for some value of the other register inputs (which are unknown)."""
+    consts = [j for j, (t, _) in enumerate(kinds) if t == "const"]
+    regs = [j for j, (t, _) in enumerate(kinds) if t == "reg"]
+    plan = []
+    for assign in range(1 << len(consts)):
+        mask = FULL
+        vals = [0, 0, 0]
+        for n, j in enumerate(consts):
+            bit = (assign >> n) & 1
+            vals[j] = bit
+            mask &= kinds[j][1] if bit else ~kinds[j][1] & FULL
+        if not mask:
+            continue
+        dep, ident = [], []
+        for j in regs:
+            others = [r for r in regs if r != j]
+            depends, identity = False, True
+            for oa in range(1 << len(others)):
+                for n, r in enumerate(others):
+                    vals[r] = (oa >> n) & 1
+                vals[j] = 0
+                f0 = lut_bit(lut, *vals)
+                vals[j] = 1
+                f1 = lut_bit(lut, *vals)
+                depends |= f0 != f1
+                identity &= (f0, f1) == (0, 1)
+            if depends:
+                dep.append(j)
+            if identity:
+                ident.append(j)
+        plan.append((mask, dep, ident))
+    return plan
 
 
 class State:
@@ -348,6 +407,7 @@ class KernelAnalysis:
         self.shared_origin = None     # address of the first store of secret data to shared memory
         self.local_origin = None
         self.secret_loads = {}        # address -> parameter words its address came from (for messages)
+        self.lop3_plans = {}          # address -> static part of the LOP3 bit-level rule
         # Provenance is tracked per 4-byte word of the parameter buffer (offset from its start), so a
         # field of a struct parameter (kernels/exact.cu passes one `Params`) can be declared public.
         self.public_words, self.scalar_words = set(), set()
@@ -356,7 +416,7 @@ class KernelAnalysis:
                 words = set(range(off & ~3, off + size, 4))
                 if o in krule.get("public_params", []):
                     self.public_words |= words
-                elif size <= 4:
+                elif size <= 4 or o in krule.get("scalar_params", []):
                     self.scalar_words |= words  # an int/float: a shape or flag, never an address base
             for key, dest in (("public_param_bytes", self.public_words), ("scalar_param_bytes", self.scalar_words)):
                 for lo, hi in krule.get(key, []):
@@ -528,6 +588,97 @@ class KernelAnalysis:
         else:
             st.sh.pop(r, None)
 
+    def bit_precise(self, ins, st, guard, v):
+        """{dest register: value} for the instructions with a bit-level rule (LOP3 with constants,
+        moves, selects, P2R/R2P); None for every other instruction (all its dests get v)."""
+        b, ops = ins.base, ins.ops
+        gv = self.val(st, guard[0]) if guard else CLEAN
+        if b in ("LOP3", "ULOP3") and ins.mods[:1] == ["LUT"]:
+            nd = 2 if ops and ops[0].is_pred else 1
+            if len(ops) < nd + 4 or not re.fullmatch(r"0x[0-9a-f]+", ops[nd + 3].text):
+                return None
+            key = ins.addr
+            plan = self.lop3_plans.get(key)
+            inputs = ops[nd:nd + 3]
+            if plan is None:
+                kinds = []
+                for op in inputs:
+                    if op.const is not None or op.mem:
+                        kinds.append(("reg", None))  # a parameter: public, unknown value
+                    elif op.regs and not PLAIN_REG.fullmatch(op.text):
+                        return None  # a modified operand: no bit-level rule
+                    elif op.regs:
+                        name = op.regs[0][0]
+                        kinds.append(("const", 0) if name in ("RZ", "URZ") else ("reg", name))
+                    else:
+                        try:
+                            kinds.append(("const", int(op.text, 0) & FULL))
+                        except ValueError:
+                            return None
+                plan = (lop3_plan(int(ops[nd + 3].text, 16), kinds), kinds)
+                self.lop3_plans[key] = plan
+            plan, kinds = plan
+            ibits = [self.val(st, k[1], 1, guard)[2] if k[0] == "reg" and k[1] else 0 for k in kinds]
+            out = ident = 0
+            for mask, dep, idn in plan:
+                for j in dep:
+                    out |= mask & ibits[j]
+            pin = ops[nd + 4] if len(ops) > nd + 4 else None
+            if pin is not None and pin.is_pred and self.val(st, pin.regs[0][0], 1, guard)[0] is not None:
+                out = FULL  # the predicate input also feeds the result
+            dest_name = ops[nd - 1].regs[0][0] if ops[nd - 1].regs else None
+            for mask, dep, idn in plan:  # bits where a guarded write leaves the dest as it was
+                ident |= mask if any(kinds[j] == ("reg", dest_name) for j in idn) else 0
+            if gv[0] is not None:  # which value survives depends on the guard, except where equal
+                out |= FULL & ~ident
+            val = taint(v[0] if out else None, v[1], out)
+            res = {}
+            if ops[0].is_pred:
+                res[ops[0].regs[0][0]] = taint(val[0], v[1], FULL if out else 0)
+            if dest_name and not ops[nd - 1].is_pred:
+                res[dest_name] = val
+            return res
+        if b in ("MOV", "UMOV") or (b == "IMAD" and "MOV" in ins.mods):
+            src = ops[-1] if ops else None
+            if src is None or not PLAIN_REG.fullmatch(src.text) or any("64" in m for m in ins.mods):
+                return None  # -R9, |R3|, a constant, an immediate, a pair: the generic rule
+            sv = self.val(st, src.regs[0][0], 1, guard)
+            out = sv[2] | (FULL if gv[0] is not None else 0)
+            return {n: taint(v[0] if out else None, v[1], out) for n, _ in ops[0].regs}
+        if b in ("SEL", "FSEL", "USEL") and len(ops) == 4 and ops[3].is_pred:
+            out = FULL if gv[0] is not None or self.val(st, ops[3].regs[0][0], 1, guard)[0] is not None else 0
+            for op in ops[1:3]:
+                for n, w in op.regs:
+                    bits = self.val(st, n, w, guard)[2]
+                    out |= bits if PLAIN_REG.fullmatch(op.text) or not bits else FULL
+            return {n: taint(v[0] if out else None, v[1], out) for n, _ in ops[0].regs}
+        if b in ("P2R", "R2P") and ops and re.fullmatch(r"0x[0-9a-f]+", ops[-1].text):
+            mask = int(ops[-1].text, 16) & 0x7F
+            # P2R.B1 / R2P PR, R0.B1: the predicates sit in byte 1 (2, 3); any other spelling: no rule
+            bsel = [m for m in ins.mods if re.fullmatch(r"B[0-3]", m)] + \
+                re.findall(r"\.(B[0-3])\b", " ".join(op.text for op in ops[1:-1]))
+            if len(bsel) > 1 or any(not PLAIN_REG.fullmatch(re.sub(r"\.B[0-3]\b", "", op.text))
+                                    for op in ops[1:-1] if op.text != "PR"):
+                return None
+            shift = 8 * int(bsel[0][1]) if bsel else 0
+            gbits = FULL if gv[0] is not None else 0
+            if b == "P2R" and len(ops) == 4 and ops[1].text == "PR":
+                out = 0
+                for n, w in ops[2].regs:
+                    out |= self.val(st, n, w, guard)[2] & ~(mask << shift) & FULL
+                for k in range(7):
+                    if mask >> k & 1 and self.val(st, f"P{k}", 1, guard)[0] is not None:
+                        out |= 1 << (k + shift)
+                out |= gbits
+                return {n: taint(v[0] if out else None, v[1], out) for n, _ in ops[0].regs}
+            if b == "R2P" and len(ops) == 3 and ops[0].text == "PR":
+                sbits = 0
+                for n, w in ops[1].regs:
+                    sbits |= self.val(st, n, w, guard)[2]
+                return {f"P{k}": taint(v[0] if (sbits >> (k + shift) & 1) or gbits else None, v[1])
+                        for k in range(7) if mask >> k & 1}
+        return None
+
     def transfer(self, i, st, record=None):
         """Apply instruction i to state st (modified in place)."""
         ins = self.instrs[i]
@@ -537,40 +688,40 @@ class KernelAnalysis:
         v = CLEAN
         if guard:
             # predicated writes carry the guard's taint (which value survives depends on it)
-            v = (self.val(st, guard[0])[0], frozenset())
+            v = taint(self.val(st, guard[0])[0])
         addr_v = CLEAN
         for name, w in addr:
             addr_v = join_val(addr_v, self.val(st, name, w, guard))
         if b in GLOBAL_LOADS:
             if not self.load_is_public(addr_v[1]):
-                v = join_val(v, (ins.addr, frozenset()))
+                v = join_val(v, taint(ins.addr))
                 self.secret_loads[ins.addr] = self.secret_loads.get(ins.addr, frozenset()) | addr_v[1]
             else:
-                v = join_val(v, (addr_v[0], frozenset()))
+                v = join_val(v, taint(addr_v[0]))
         elif b in SHARED_LOADS:
-            if self.shared_origin is not None:
-                v = join_val(v, (self.shared_origin, frozenset()))
-            v = join_val(v, (addr_v[0], frozenset()))
+            v = join_val(v, taint(self.shared_origin))
+            v = join_val(v, taint(addr_v[0]))
         elif b in LOCAL_LOADS:
-            if self.local_origin is not None:
-                v = join_val(v, (self.local_origin, frozenset()))
-            v = join_val(v, (addr_v[0], frozenset()))
+            v = join_val(v, taint(self.local_origin))
+            v = join_val(v, taint(addr_v[0]))
         else:
             for name, w in srcs:
                 v = join_val(v, self.val(st, name, w, guard))
             for op, w in consts:
-                v = join_val(v, (None, self.const_prov(op, w)))
+                v = join_val(v, (None, self.const_prov(op, w), 0))
             if addr:  # LDC R0, c[0x0][R2]: value depends on the index
-                v = join_val(v, (addr_v[0], frozenset()))
+                v = join_val(v, taint(addr_v[0]))
         if b in UNTAINTED_SOURCES and not addr:
-            v = (v[0] if guard else None, v[1])
+            v = taint(v[0] if guard else None, v[1])
+        v = taint(v[0], v[1])  # ordinary arithmetic: any secret input makes every bit secret
+        per_dest = self.bit_precise(ins, st, guard, v)
         # Stores into shared / local memory: remember whether secret data went there.
         if record is not None:
             data_v = CLEAN
             for name, w in srcs:
                 data_v = join_val(data_v, self.val(st, name, w, guard))
             if guard:
-                data_v = join_val(data_v, (self.val(st, guard[0])[0], frozenset()))
+                data_v = join_val(data_v, taint(self.val(st, guard[0])[0]))
             # the origin recorded is the store itself, so that messages say "through shared memory"
             if (b in STORES_SHARED or b == "ATOMS") and data_v[0] is not None:
                 record["shared"] = min(x for x in (record["shared"], ins.addr) if x is not None)
@@ -584,7 +735,7 @@ class KernelAnalysis:
         written_preds = []
         for name, w, certain in dests:
             for r in expand(name, w):
-                self.write(st, r, v, guard, certain)
+                self.write(st, r, per_dest.get(r, v) if per_dest else v, guard, certain)
                 if r[0] in "PU" and not r.startswith("UR"):
                     written_preds.append(r)
         if written_preds and st.sh:  # guard-specific values keyed on a rewritten predicate are stale

@@ -311,6 +311,40 @@ class SyntheticListings(unittest.TestCase):
         self.assertEqual(self.rules_at(v, 0x60), [], out)
         self.assertEqual(self.rules_at(v, 0x90), [], out)
 
+    def test_packed_boolean_bits(self):
+        # The compiler keeps booleans in single bits of one register (LOP3 with immediates): a secret
+        # bit must not make a public one secret, and a secret bit must stay secret through the packing.
+        pack = ("LDG.E R4, desc[UR4][R6.64]", "FSETP.GT.AND P0, PT, R4, RZ, PT",   # P0 secret
+                "S2R R0, SR_TID.X", "ISETP.GT.AND P1, PT, R0, 0x3, PT",            # P1 public
+                "LOP3.LUT R2, R2, 0xfffff7ff, RZ, 0xc0, !PT", "@P0 LOP3.LUT R2, R2, 0x800, RZ, 0xfc, !PT",
+                "LOP3.LUT R2, R2, 0xffffefff, RZ, 0xc0, !PT", "@P1 LOP3.LUT R2, R2, 0x1000, RZ, 0xfc, !PT")
+        rc, out, v = self.audit(*pack, "LOP3.LUT P2, RZ, R2, 0x1000, RZ, 0xc0, !PT", "@P2 EXIT",   # 0x80, 0x90
+                                "LOP3.LUT P3, RZ, R2, 0x800, RZ, 0xc0, !PT", "@P3 EXIT",            # 0xa0, 0xb0
+                                "LOP3.LUT R3, R2, 0x1800, RZ, 0xc0, !PT", "ISETP.NE.AND P4, PT, R3, RZ, PT",
+                                "@P4 EXIT",                                                           # 0xe0
+                                "IMAD.MOV.U32 R5, RZ, RZ, R2", "LOP3.LUT P5, RZ, R5, 0x1000, RZ, 0xc0, !PT",
+                                "@P5 EXIT",                                                           # 0x110
+                                "IMAD.MOV R8, RZ, RZ, -R2", "LOP3.LUT P6, RZ, R8, 0x1000, RZ, 0xc0, !PT",
+                                "@P6 EXIT", "EXIT")                                                   # 0x140
+        self.assertEqual(self.rules_at(v, 0x90), [], out)               # public bit through a move too
+        self.assertEqual(self.rules_at(v, 0x110), [], out)
+        self.assertEqual(self.rules_at(v, 0xb0), ["taint-branch"], out)  # the secret bit
+        self.assertEqual(self.rules_at(v, 0xe0), ["taint-branch"], out)  # a test that includes it
+        self.assertEqual(self.rules_at(v, 0x140), ["taint-branch"], out)  # -R2: carries mix the bits
+
+    def test_p2r_r2p_bits(self):
+        rc, out, v = self.audit("LDG.E R4, desc[UR4][R6.64]", "FSETP.GT.AND P1, PT, R4, RZ, PT",  # P1 secret
+                                "S2R R0, SR_TID.X", "ISETP.GT.AND P0, PT, R0, 0x3, PT",             # P0 public
+                                "P2R R5, PR, RZ, 0x3", "R2P PR, R5, 0x1", "@P0 EXIT",               # 0x60
+                                "R2P PR, R5, 0x2", "@P1 EXIT",                                       # 0x80
+                                "MOV R7, 0x0", "P2R.B1 R7, PR, R7, 0x2",      # secret P1 -> bit 9 of R7
+                                "R2P PR, R7, 0x2", "@P1 EXIT",                                       # 0xc0
+                                "R2P PR, R7.B1, 0x2", "@P1 EXIT", "EXIT")                           # 0xe0
+        self.assertEqual(self.rules_at(v, 0x60), [], out)
+        self.assertEqual(self.rules_at(v, 0x80), ["taint-branch"], out)
+        self.assertEqual(self.rules_at(v, 0xc0), [], out)   # byte 0 of R7 holds nothing secret
+        self.assertEqual(self.rules_at(v, 0xe0), ["taint-branch"], out)
+
     def test_forbidden_and_unknown_opcodes(self):
         rc, out, v = self.audit("MUFU.EX2 R0, R1", "DADD R2, R2, R4", "EXIT")
         self.assertEqual(self.rules_at(v, 0x0), ["t.forbid.MUFU"], out)

@@ -10,7 +10,8 @@
 //       const T* v,          // [B, Hkv, Skv, D] contiguous, 16-byte aligned
 //       T* o,                // [B, Hq,  Sq,  D] contiguous, 16-byte aligned; every element written
 //       const int* kv_lens,  // [B] key length per batch element (clamped to [0, Skv]), or NULL = Skv
-//       int B, int Hq, int Hkv, int Sq, int Skv,   // Hq % Hkv == 0 (MHA, GQA, MQA); Sq, Skv >= 1
+//       int B, int Hq, int Hkv, int Sq, int Skv,   // Hq % Hkv == 0 (MHA, GQA, MQA); Sq, Skv >= 1;
+//                                                  // B, Hq <= 65535 (grid z, y)
 //       float scale,         // softmax scale (1/sqrt(D) by default; the host chooses)
 //       const unsigned char* mask,  // optional boolean mask (1 byte, nonzero = attend), or NULL:
 //       long long msb, long long msh, long long msq)  // element (b, h, i, j) at mask[b*msb + h*msh +
@@ -258,11 +259,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
             for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) sacc[mt][nb][e] = 0.f;
-        // Fragments are loaded one step ahead of the MMAs that use them (all asm is volatile, so the
-        // compiler keeps this order instead of hoisting every load and running out of registers).
+        // K fragments are requested one step ahead of the MMAs that use them (ptxas schedules the final
+        // order; writing the prefetch distance out keeps it from hoisting every load of the tile).
         {
             constexpr int NP = NB / 2, NS = (D / 16) * NP;
-            // Q fragments from shared memory are loaded one k-step ahead only when registers allow.
+            // Q fragments: copied from registers (QREG), or loaded from shared memory at the start of
+            // their k-step (loading them a step ahead made the D = 128 kernel spill).
             constexpr bool PREA = QREG;
             uint32_t a[2][MT][4], bk[2][4];
             auto load_a = [&](int kk, uint32_t (&dst)[MT][4]) {

@@ -443,7 +443,10 @@ fn nonfinite_case<T: detattn::Element>(bad: T, ok: T) {
             TensorName::K => k[159] = bad,
             _ => v[159] = bad,
         }
-        // A later tensor holding one too does not change which is named.
+        // Later tensors holding one too do not change which is named.
+        if tensor == TensorName::Q {
+            k[0] = bad;
+        }
         v[0] = bad;
         let sentinel = T::from_bits_u32(0x1357);
         let mut out = vec![sentinel; 192];

@@ -545,7 +545,14 @@ fn extreme<T: TElem>(rng: &mut Rng, prev: T) -> T {
     T::of_f64(x)
 }
 
-fn extremes<T: TElem>(spec: &Spec, seed: u64, all_max: bool) -> Result<(), TestCaseError> {
+/// `v_const`: V is one value everywhere (+MAX or −MAX), so that every output is a convex
+/// combination of MAX alone and rounding overshoot past MAX is most likely (§5 saturates it).
+fn extremes<T: TElem>(
+    spec: &Spec,
+    seed: u64,
+    all_max: bool,
+    v_const: Option<bool>,
+) -> Result<(), TestCaseError> {
     let mut rng = Rng::new(seed);
     let mut fill = |n: usize| {
         let mut v: Vec<T> = Vec::with_capacity(n);
@@ -562,7 +569,10 @@ fn extremes<T: TElem>(spec: &Spec, seed: u64, all_max: bool) -> Result<(), TestC
         v
     };
     let s = spec.shape;
-    let (q, k, v) = (fill(s.q_elems()), fill(s.kv_elems()), fill(s.kv_elems()));
+    let (q, k, mut v) = (fill(s.q_elems()), fill(s.kv_elems()), fill(s.kv_elems()));
+    if let Some(pos) = v_const {
+        v = vec![T::of_f64(if pos { T::MAX } else { -T::MAX }); v.len()];
+    }
     for x in q.iter().chain(&k).chain(&v) {
         prop_assert!(x.f64().is_finite());
     }
@@ -598,10 +608,11 @@ proptest! {
             Just(Some(1e30f32)),
         ],
         all_max in proptest::bool::weighted(0.2),
+        v_const in proptest::option::weighted(0.3, any::<bool>()),
         dt in 0u8..3,
     ) {
         spec.scale = scale;
-        per_dtype!(dt, extremes(&spec, g.seed, all_max))?;
+        per_dtype!(dt, extremes(&spec, g.seed, all_max, v_const))?;
     }
 }
 

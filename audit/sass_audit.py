@@ -24,10 +24,12 @@ the cubin to read the parameter layout (EIATTR_KPARAM_INFO / EIATTR_PARAM_CBANK)
 
 import argparse
 import fnmatch
+import os
 import re
 import subprocess
 import sys
 import tomllib
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -970,6 +972,12 @@ def audit_kernel(kernel, rules, res, params, label, flow_insensitive=False):
         kp = params.get(kernel.name)
         if kp is None:
             add(None, "params", "kernel missing from the cubin's .nv.info: parameter layout unknown")
+    if kp is not None:  # the annotation names parameters by position: the layout must be the one it describes
+        extent = max((off + size for _, off, size in kp[1]), default=0)
+        for key, got in (("param_count", len(kp[1])), ("param_bytes", extent)):
+            if key in krule and krule[key] != got:
+                add(None, "params", f"the kernel has {key} = {got}, the rules entry {krule['name']!r} says "
+                    f"{krule[key]}: the parameter layout changed, re-check public/scalar parameters")
     an = KernelAnalysis(kernel, krule, kp, flow_insensitive)
     for ins, rule, msg in an.check():
         add(ins, rule, msg)
@@ -981,28 +989,30 @@ def audit_kernel(kernel, rules, res, params, label, flow_insensitive=False):
 
 
 def audit_listing(sass_path, res_path, cubin_path, rules, label, flow_insensitive=False, quiet=False):
-    """Audit one listing; prints lines; returns the number of failed kernels (or 1 on error)."""
+    """Audit one listing -> (output lines, number of failed kernels, or 1 when it cannot be audited)."""
+    out = []
     try:
         kernels = parse_listing(Path(sass_path).read_text())
         res = parse_res(Path(res_path).read_text()) if res_path else None
         params = param_layout(cubin_path) if cubin_path else None
     except (AuditError, OSError) as e:
-        print(f"FAIL {label}: cannot audit: {e}")
-        return 1
+        return [f"FAIL {label}: cannot audit: {e}"], 1
     if not kernels:
-        print(f"FAIL {label}: no Function in the listing")
-        return 1
+        return [f"FAIL {label}: no Function in the listing"], 1
     failed = 0
     for k in kernels:
         viol, summary = audit_kernel(k, rules, res, params, label, flow_insensitive)
         if viol:
             failed += 1
-            print(f"FAIL {label} {k.name} ({summary}; {len(viol)} violation(s))")
-            for v in viol:
-                print("  " + v)
+            out.append(f"FAIL {label} {k.name} ({summary}; {len(viol)} violation(s))")
+            out.extend("  " + v for v in viol)
         elif not quiet:
-            print(f"OK   {label} {k.name} ({summary})")
-    return failed
+            out.append(f"OK   {label} {k.name} ({summary})")
+    return out, failed
+
+
+def _audit_job(job):
+    return audit_listing(*job)
 
 
 def main():
@@ -1028,7 +1038,10 @@ def main():
     failed = 0
     if args.listing:
         label = Path(args.cubin).name if args.cubin else Path(args.listing).name
-        failed = audit_listing(args.listing, args.res, args.cubin, rules, label, args.flow_insensitive, args.quiet)
+        lines, failed = audit_listing(args.listing, args.res, args.cubin, rules, label, args.flow_insensitive,
+                                      args.quiet)
+        if lines:
+            print("\n".join(lines))
     else:
         listings = sorted(SASS_DIR.glob("*.sass"))
         cubins = sorted(CUBIN_DIR.glob("*.cubin"))
@@ -1041,6 +1054,7 @@ def main():
                 print(f"FAIL {c.name}: no listing audit/sass/{c.name[:-len('.cubin')]}.sass "
                       "(run `python3 kernels/build.py sass`)")
                 failed += 1
+        jobs = []
         for sass in listings:
             stem = sass.name[:-len(".sass")]
             cubin = CUBIN_DIR / f"{stem}.cubin"
@@ -1049,7 +1063,13 @@ def main():
                 print(f"FAIL {stem}: missing {cubin if not cubin.exists() else res}")
                 failed += 1
                 continue
-            failed += audit_listing(sass, res, cubin, rules, cubin.name, args.flow_insensitive, args.quiet)
+            jobs.append((sass, res, cubin, rules, cubin.name, args.flow_insensitive, args.quiet))
+        # one process per listing (they are independent); output in listing order
+        with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1) or 1) as pool:
+            for lines, nfail in pool.map(_audit_job, jobs):
+                if lines:
+                    print("\n".join(lines), flush=True)
+                failed += nfail
     print(f"sass_audit: {'FAIL' if failed else 'OK'} ({failed} kernel(s) or file(s) failed)")
     return 1 if failed else 0
 

@@ -141,6 +141,19 @@ class PlantedFaults(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertTrue([v for v in viols if v["rule"] == "taint-branch"], out)
 
+    def test_parameter_layout_guard(self):
+        # rules written for another layout (here: one more int parameter) must not be applied silently
+        sass, res, cubin = Compiled.get()[("clean", "sm_90")]
+        rules = (ROOT / "audit/rules.toml").read_text()
+        self.assertIn("param_bytes = 28", rules)
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "r.toml").write_text(rules.replace("param_bytes = 28", "param_bytes = 32"))
+            rc, out, viols = run_tool("--rules", Path(tmp) / "r.toml", "--listing", sass, "--res", res,
+                                      "--cubin", cubin)
+        self.assertEqual(rc, 1, out)
+        self.assertEqual([v["rule"] for v in viols], ["params"], out)
+        self.assertIn("param_bytes = 28", viols[0]["why"])
+
     def test_branch_planted_into_clean_listing(self):
         # The clean kernel's own listing with two plain instructions after an FFMA on loaded (secret)
         # data replaced by `FSETP.GT.AND P6, PT, <FFMA dest>, RZ, PT` and `@P6 BRA <next>`.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """detattn's CPU Exact path next to plain numpy attention, in one command (issue 2, Speed).
 
-    python3 scripts/cpu_vs_numpy.py [--rounds N] [--json OUT.json] [--no-build]
+    python3 scripts/cpu_vs_numpy.py [--rounds N] [--threads N] [--keep-openblas-env]
+                                    [--json OUT.json] [--no-build] [--bin PATH]
 
 What it does, in order:
 1. Creates target/venv-bench (git-ignored, like everything under target/) with the pinned numpy and
@@ -13,8 +14,9 @@ What it does, in order:
 4. Times, on workload W1 in f32 (B=1, H=16, Sq=Skv=1024, D=64, not causal), alternating for
    --rounds rounds:
    - numpy: s = q @ kᵀ · scale; s = exp(s − rowmax); p = s / rowsum; o = p @ v (float32, OpenBLAS,
-     all its threads);
-   - detattn: `target/release/detattn bench --backend cpu ... --json` (all rayon threads);
+     all its threads, or --threads N through threadpoolctl);
+   - detattn: `target/release/detattn bench --backend cpu ... --json` (all rayon threads, or
+     --threads N through RAYON_NUM_THREADS);
    with one protocol: 3 warm-up runs, 20 timed runs, median; 4 input sets rotated; inputs uniform on
    [-2, 2) (never zeros).
 5. Prints both medians and the ratio numpy / detattn (> 1: detattn is faster).
@@ -54,12 +56,15 @@ def ensure_venv():
 
 def outer(argv):
     ensure_venv()
-    if "--no-build" not in argv:
+    if "--no-build" not in argv and "--bin" not in argv:
         print("[setup] cargo build --release --bin detattn", flush=True)
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "detattn"], cwd=ROOT,
                        check=True)
     env = dict(os.environ)
-    removed = [k for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if env.pop(k, None) is not None]
+    removed = []
+    if "--keep-openblas-env" not in argv:
+        removed = [k for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+                   if env.pop(k, None) is not None]
     env["DETATTN_BENCH_UNSET"] = ",".join(removed)
     r = subprocess.run([str(VPY), str(Path(__file__).resolve()), "--inner", *argv], env=env)
     sys.exit(r.returncode)
@@ -88,12 +93,15 @@ def time_numpy(np, rng):
     return ts
 
 
-def time_detattn(seed):
-    cmd = [str(BIN), "bench", "--backend", "cpu", "--batch", str(B), "--q-heads", str(H),
+def time_detattn(seed, threads, binary):
+    cmd = [binary, "bench", "--backend", "cpu", "--batch", str(B), "--q-heads", str(H),
            "--kv-heads", str(H), "--q-len", str(S), "--kv-len", str(S), "--head-dim", str(D),
            "--dtype", "f32", "--seed", str(seed), "--warmup", str(WARMUP), "--iters", str(ITERS),
            "--rotate", str(ROTATE), "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if threads:
+        env["RAYON_NUM_THREADS"] = str(threads)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
     return json.loads(r.stdout), cmd
@@ -101,11 +109,16 @@ def time_detattn(seed):
 
 def inner(args):
     import numpy as np
-    from threadpoolctl import threadpool_info
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    if args.threads:
+        threadpool_limits(limits=args.threads)
 
     unset = os.environ.get("DETATTN_BENCH_UNSET", "")
+    kept = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+            if k in os.environ]
     print(f"numpy {np.__version__}, Python {sys.version.split()[0]}; "
-          f"unset for this process: {unset or 'nothing (neither was set)'}")
+          f"unset for this process: {unset or 'nothing'}; kept: {', '.join(kept) or 'nothing'}")
     print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} (1 min) at start")
     blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
     for p in blas:
@@ -115,7 +128,7 @@ def inner(args):
     rng = np.random.default_rng(1)
     for rnd in range(args.rounds):
         ts = time_numpy(np, rng)
-        ours, cmd = time_detattn(seed=1 + rnd * ROTATE)
+        ours, cmd = time_detattn(1 + rnd * ROTATE, args.threads, args.bin)
         np_med = statistics.median(ts)
         rows.append({"round": rnd + 1, "numpy_median_us": np_med, "numpy_min_us": min(ts),
                      "numpy_max_us": max(ts), "detattn_median_us": ours["median_us"],
@@ -135,12 +148,14 @@ def inner(args):
           f"{rows[0]['detattn_backend']})")
     verdict = "detattn is no slower" if ratio >= 1.0 else "detattn is SLOWER"
     print(f"ratio numpy/detattn = {ratio:.2f}  ({verdict})")
-    print(f"detattn command: {' '.join(cmd)}")
+    rayon = f"RAYON_NUM_THREADS={args.threads} " if args.threads else ""
+    print(f"detattn command: {rayon}{' '.join(cmd)}")
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end: other work on the machine "
           f"slows both sides and adds noise")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "numpy": np.__version__, "blas": blas, "unset": unset, "rounds": rows,
+            "numpy": np.__version__, "blas": blas, "unset": unset, "kept": kept,
+            "threads": args.threads, "rounds": rows,
             "numpy_median_us": np_all, "detattn_median_us": ours_all, "ratio": ratio}, indent=2))
     return 0 if ratio >= 1.0 else 1
 
@@ -148,8 +163,15 @@ def inner(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="alternating numpy/detattn rounds")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for both sides (default: all; numpy via threadpoolctl, "
+                         "detattn via RAYON_NUM_THREADS)")
+    ap.add_argument("--keep-openblas-env", action="store_true",
+                    help="leave OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as the machine sets them")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--no-build", action="store_true", help="use target/release/detattn as is")
+    ap.add_argument("--bin", default=str(BIN),
+                    help="another detattn binary to compare (e.g. a kernel change); no build")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.inner:

@@ -102,7 +102,7 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
         ("max", format!("{:>12}", fmt_us(t.max_us))),
     ];
     for (k, v) in rows {
-        println!("{k:<9} {v}");
+        outln!("{k:<9} {v}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -25,31 +25,31 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
         }));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("detattn {}", env!("CARGO_PKG_VERSION"));
-    println!("  digest format  v{}", detattn::DIGEST_VERSION);
-    println!("cpu");
-    println!("  model          {}", cpu["model"].as_str().unwrap_or("?"));
-    println!("  threads        {} (rayon pool)", cpu["threads"]);
-    println!("  kernel         {}", cpu["kernel"].as_str().unwrap_or("?"));
-    println!("  paths          exact");
-    println!("cuda");
+    outln!("detattn {}", env!("CARGO_PKG_VERSION"));
+    outln!("  digest format  v{}", detattn::DIGEST_VERSION);
+    outln!("cpu");
+    outln!("  model          {}", cpu["model"].as_str().unwrap_or("?"));
+    outln!("  threads        {} (rayon pool)", cpu["threads"]);
+    outln!("  kernel         {}", cpu["kernel"].as_str().unwrap_or("?"));
+    outln!("  paths          exact");
+    outln!("cuda");
     if !cuda["compiled"].as_bool().unwrap_or(false) {
-        println!("  not compiled in (built without the `cuda` feature)");
+        outln!("  not compiled in (built without the `cuda` feature)");
         return Ok(ExitCode::SUCCESS);
     }
     match cuda["driver"].as_str() {
-        Some(v) => println!("  driver         CUDA {v}"),
-        None => println!(
+        Some(v) => outln!("  driver         CUDA {v}"),
+        None => outln!(
             "  driver         none: {}",
             cuda["driver_error"].as_str().unwrap_or("?")
         ),
     }
     let devices = cuda["devices"].as_array().cloned().unwrap_or_default();
     if devices.is_empty() {
-        println!("  gpus           none found");
+        outln!("  gpus           none found");
     }
     for d in &devices {
-        println!(
+        outln!(
             "  gpu {:<10} {} ({}), {}",
             d["ordinal"],
             d["name"].as_str().unwrap_or("?"),
@@ -63,16 +63,16 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
     }
     let cubins = cuda["cubins"].as_array().cloned().unwrap_or_default();
     if cubins.is_empty() {
-        println!("  cubins         none embedded");
+        outln!("  cubins         none embedded");
     } else {
-        println!("  cubins         {} embedded", cubins.len());
+        outln!("  cubins         {} embedded", cubins.len());
         let fw = cubins
             .iter()
             .map(|c| c["file"].as_str().unwrap_or("").len())
             .max()
             .unwrap_or(0);
         for c in &cubins {
-            println!(
+            outln!(
                 "    {:<fw$}  {:<6}  sha256 {}  {}",
                 c["file"].as_str().unwrap_or("?"),
                 c["arch"].as_str().unwrap_or("?"),

@@ -6,6 +6,14 @@
 //! error is printed as `error: <message>` on stderr; the program does not panic on user input.
 //! With `--json`, stdout holds exactly one JSON document (progress, if any, goes to stderr).
 
+/// `println!` that ends the program quietly when stdout is closed (`detattn ... | head`) instead
+/// of panicking, as `println!` does on a broken pipe.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::write_stdout(format_args!($($t)*))
+    };
+}
+
 mod bench;
 mod info;
 mod problem_args;
@@ -73,10 +81,20 @@ impl From<detattn::Error> for Failure {
     }
 }
 
+/// Write one line to stdout; if stdout is gone (a closed pipe), exit with 141 (128 + SIGPIPE, what
+/// a shell reports for a process killed by SIGPIPE) without a message.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{args}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(141);
+    }
+}
+
 /// Print a JSON value as the only thing on stdout.
 pub(crate) fn print_json(v: &serde_json::Value) {
     // A Value always serialises; pretty output keeps it readable for people too.
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
     );

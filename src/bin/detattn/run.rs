@@ -69,12 +69,13 @@ pub(crate) fn main(args: RunArgs) -> Result<ExitCode, Failure> {
             ("digest", o.digest),
         ];
         for (k, v) in rows {
-            println!("{k:<9} {v}");
+            outln!("{k:<9} {v}");
         }
         if o.nan_rows > 0 {
-            println!(
+            outln!(
                 "{:<9} {} output rows are NaN (non-finite inputs, policy propagate)",
-                "note", o.nan_rows
+                "note",
+                o.nan_rows
             );
         }
     }

@@ -6,6 +6,7 @@ use clap::Args;
 use detattn::golden::{self, GoldenCase};
 use detattn::{Backend, Engine, Path};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -105,7 +106,7 @@ fn plan(which: Which) -> Result<Plan, Failure> {
 fn add_gpus(plan: &mut Plan, which: Which) -> Result<(), Failure> {
     let probe = detattn::cuda::probe();
     if let Err(reason) = &probe.driver {
-        return no_gpu(plan, which, format!("no CUDA driver ({reason})"));
+        return no_gpu(plan, which, format!("no CUDA driver: {reason}"));
     }
     if probe.devices.is_empty() {
         return no_gpu(plan, which, "the CUDA driver reports no GPU".into());
@@ -166,7 +167,7 @@ fn add_gpus(plan: &mut Plan, which: Which) -> Result<(), Failure> {
 fn no_gpu(plan: &mut Plan, which: Which, why: String) -> Result<(), Failure> {
     if which == Which::All {
         plan.notes
-            .push(format!("no GPU checked: {why}; only the CPU was checked"));
+            .push(format!("no GPU checked ({why}); only the CPU was checked"));
         Ok(())
     } else {
         Err(Failure::Runtime(format!("no GPU to check: {why}")))
@@ -189,9 +190,10 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
 
     let say = |line: String| {
         if args.json {
-            eprintln!("{line}");
+            // Progress on stderr; a closed stderr is not worth failing the run for.
+            let _ = writeln!(std::io::stderr(), "{line}");
         } else {
-            println!("{line}");
+            outln!("{line}");
         }
     };
     say(format!(
@@ -249,9 +251,9 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
     if args.json {
         print_json(&json_report(&reports, &plan, &consistency, ok));
     } else {
-        println!("summary");
+        outln!("summary");
         for r in &reports {
-            println!(
+            outln!(
                 "  {:<label_w$}  {}/{} OK  ({})",
                 r.label,
                 r.passed(),
@@ -265,12 +267,12 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
             format!("{} GPU(s) checked", plan.gpus_checked)
         };
         if ok {
-            println!(
+            outln!(
                 "selftest PASSED: {n} cases on {} backend(s); {gpus}",
                 reports.len()
             );
         } else {
-            println!(
+            outln!(
                 "selftest FAILED: {failed} case run(s) did not match, {} other failure(s); {gpus}",
                 consistency.len()
             );

@@ -92,9 +92,16 @@ struct ElemBf16 {
 };
 
 // Round one finite output value, or write the canonical NaN where the row is poisoned (§7).
+// The value of `x`, hidden from the optimiser: a mask that went through here cannot be turned
+// back into a branch (e.g. by unswitching a loop on a loop-invariant data-derived flag).
+__device__ __forceinline__ unsigned opaque(unsigned x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
 template <class E>
 __device__ __forceinline__ void store_out(typename E::T* out, long long idx, float o, bool poisoned) {
-    unsigned m = mask_of(poisoned);
+    unsigned m = opaque(mask_of(poisoned));
     E::store_bits(out, idx, (E::NAN_BITS & m) | (E::round_bits(o) & ~m));
 }
 
@@ -233,10 +240,38 @@ struct Smem {
     static constexpr int A_OFF = P_OFF + BM * PS;
     static constexpr int L_OFF = A_OFF + BM;
     static constexpr int SK_OFF = L_OFF + BM;
-    static constexpr int BAD_OFF = SK_OFF + TILE;
-    static constexpr int FLOATS = BAD_OFF + TILE;
+    static constexpr int BAD_OFF = SK_OFF + TILE;   // bad flags of the tile's K rows
+    static constexpr int BADV_OFF = BAD_OFF + TILE; // and of its V rows
+    static constexpr int FLOATS = BADV_OFF + TILE;
     static constexpr int BYTES = FLOATS * 4;
 };
+
+// Asynchronous global -> shared copies (sm_80+ cp.async: LDGSTS in SASS). They move bytes only;
+// no arithmetic, so they cannot change a bit of the result. wait<N>: all but the N most recent
+// committed groups have landed (for this thread; a barrier then publishes them to the block).
+__device__ __forceinline__ void cp_async16(void* s, const void* g) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* s, const void* g) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <int DP, int QS>
+__device__ __forceinline__ void copy_rows_async(float* s, const float* g, int rows) {
+    const int per_row = DP / 4;
+    const int n = rows * per_row;
+    for (int e = threadIdx.x; e < n; e += NT) {
+        int row = e / per_row, c4 = e % per_row;
+        cp_async16(s + row * QS + c4 * 4, g + (long long)row * DP + c4 * 4);
+    }
+}
 
 // Copy `rows` rows of DP floats (global, contiguous) into shared memory with row stride QS.
 template <int DP, int QS>
@@ -265,6 +300,7 @@ __device__ void exact_fast(const Params& P) {
     float* Ls = sm + S::L_OFF;
     int* skS = reinterpret_cast<int*>(sm + S::SK_OFF);
     unsigned* badS = reinterpret_cast<unsigned*>(sm + S::BAD_OFF);
+    unsigned* badvS = reinterpret_cast<unsigned*>(sm + S::BADV_OFF);
 
     const int tid = threadIdx.x;
     const int tx = tid & 15, ty = tid >> 4;
@@ -309,13 +345,35 @@ __device__ void exact_fast(const Params& P) {
     float lval = 0.0f;  // the l chain of row `tid` (tid < BM)
 
     const long long kv0 = (long long)bhkv * P.skv_pad;
+    // Separate K and V buffers: a two-stage pipeline. K of tile t+1 (with its shifts and bad
+    // flags) is fetched while tile t's values are accumulated, V of tile t+1 while its scores
+    // are computed. One buffer (KV_SHARED): plain loads, one after the other.
+    auto issue_k = [&](int t) {
+        const long long j = kv0 + (long long)t * TILE;
+        copy_rows_async<DP, S::QS>(Ks, P.kp + j * DP, TILE);
+        if (tid < TILE) {
+            cp_async4(skS + tid, P.sk + j + tid);
+            cp_async4(badS + tid, P.badk + j + tid);
+            cp_async4(badvS + tid, P.badv + j + tid);
+        }
+    };
+    if (!KV_SHARED && ntiles > 0) {
+        issue_k(0);
+        cp_commit();
+        copy_rows_async<DP, S::QS>(Vs, P.vp + kv0 * DP, TILE);
+        cp_commit();
+    }
     for (int t = 0; t < ntiles; ++t) {
         const int j0 = t * TILE;
-        copy_rows<DP, S::QS>(Ks, P.kp + (kv0 + j0) * DP, TILE);
-        if (!KV_SHARED) copy_rows<DP, S::QS>(Vs, P.vp + (kv0 + j0) * DP, TILE);
-        if (tid < TILE) {
-            skS[tid] = P.sk[kv0 + j0 + tid];
-            badS[tid] = P.badk[kv0 + j0 + tid] | P.badv[kv0 + j0 + tid];
+        if (KV_SHARED) {
+            copy_rows<DP, S::QS>(Ks, P.kp + (kv0 + j0) * DP, TILE);
+            if (tid < TILE) {
+                skS[tid] = P.sk[kv0 + j0 + tid];
+                badS[tid] = P.badk[kv0 + j0 + tid];
+                badvS[tid] = P.badv[kv0 + j0 + tid];
+            }
+        } else {
+            cp_wait<1>();  // K(t) landed; V(t) may still be in flight
         }
         __syncthreads();
 
@@ -327,20 +385,20 @@ __device__ void exact_fast(const Params& P) {
             for (int c = 0; c < 4; ++c) s[k][c] = 0.0f;
 #pragma unroll 4
         for (int d = 0; d < DP; d += 4) {
-            float4 qv[RM], kv[4];
-#pragma unroll
-            for (int k = 0; k < RM; ++k) qv[k] = *reinterpret_cast<const float4*>(Qs + (ty + 16 * k) * S::QS + d);
+            float4 kv[4];
 #pragma unroll
             for (int c = 0; c < 4; ++c) kv[c] = *reinterpret_cast<const float4*>(Ks + (tx + 16 * c) * S::QS + d);
 #pragma unroll
-            for (int k = 0; k < RM; ++k)
+            for (int k = 0; k < RM; ++k) {
+                const float4 qv = *reinterpret_cast<const float4*>(Qs + (ty + 16 * k) * S::QS + d);
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    s[k][c] = __fmaf_rn(qv[k].x, kv[c].x, s[k][c]);
-                    s[k][c] = __fmaf_rn(qv[k].y, kv[c].y, s[k][c]);
-                    s[k][c] = __fmaf_rn(qv[k].z, kv[c].z, s[k][c]);
-                    s[k][c] = __fmaf_rn(qv[k].w, kv[c].w, s[k][c]);
+                    s[k][c] = __fmaf_rn(qv.x, kv[c].x, s[k][c]);
+                    s[k][c] = __fmaf_rn(qv.y, kv[c].y, s[k][c]);
+                    s[k][c] = __fmaf_rn(qv.z, kv[c].z, s[k][c]);
+                    s[k][c] = __fmaf_rn(qv.w, kv[c].w, s[k][c]);
                 }
+            }
         }
 
         // §4: finish scores, select by validity, tile max, weights.
@@ -356,7 +414,7 @@ __device__ void exact_fast(const Params& P) {
                 vm[c] = mask_of(j < lim[k]) & mask_val(P, mrow[k], j);
                 xm[c] = sel(vm[c] != 0u, x, -DA_FLT_MAX);
                 mt = fmaxf(mt, xm[c]);
-                badr[k] |= vm[c] & badS[jt];
+                badr[k] |= vm[c] & (badS[jt] | badvS[jt]);
             }
             // max over the 16 lanes sharing the row: exact, so every lane gets the same value.
 #pragma unroll
@@ -374,10 +432,16 @@ __device__ void exact_fast(const Params& P) {
 #pragma unroll
             for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
         }
-        __syncthreads();
         if (KV_SHARED) {
+            __syncthreads();
             copy_rows<DP, S::QS>(Vs, P.vp + (kv0 + j0) * DP, TILE);
             __syncthreads();
+        } else {
+            cp_wait<0>();  // V(t) landed
+            __syncthreads();
+            // Every thread is past its reads of Ks and skS/badS: fetch tile t+1's K.
+            if (t + 1 < ntiles) issue_k(t + 1);
+            cp_commit();
         }
 
         // §4: l chain (one lane per row) and acc_d = fma(p_j, v_jd, acc_d) in increasing j.
@@ -393,7 +457,7 @@ __device__ void exact_fast(const Params& P) {
                 lval = __fadd_rn(lval, p4.w);
             }
         }
-#pragma unroll 2
+#pragma unroll 1
         for (int j = 0; j < TILE; j += 4) {
             float4 p4[RM];
 #pragma unroll
@@ -416,6 +480,11 @@ __device__ void exact_fast(const Params& P) {
             }
         }
         __syncthreads();
+        if (!KV_SHARED) {
+            // Every thread is past its reads of Vs: fetch tile t+1's V.
+            if (t + 1 < ntiles) copy_rows_async<DP, S::QS>(Vs, P.vp + (kv0 + j0 + TILE) * DP, TILE);
+            cp_commit();
+        }
     }
 
     // §5, §7.
@@ -432,23 +501,24 @@ __device__ void exact_fast(const Params& P) {
         const long long orow = qrow0 + irow[k];
         const bool poisoned = (P.propagate != 0) & ((bad | P.badq[orow]) != 0u);
         const float ls = l_safe(Ls[ty + 16 * k]);
+        const float rl = recip(ls);
 #pragma unroll
         for (int c = 0; c < NC; ++c)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int d = 64 * c + 4 * tx + e;
-                if (d < P.D) store_out<E>(out, orow * P.D + d, finalize(acc[k][4 * c + e], ls, maxt), poisoned);
+                if (d < P.D) store_out<E>(out, orow * P.D + d, finalize_r(acc[k][4 * c + e], ls, rl, maxt), poisoned);
             }
     }
 }
 
-#define DA_FAST(DP, BM, SHARED, NAME, E)                                                          \
-    extern "C" __global__ void __launch_bounds__(NT, 1) NAME(const Params P) {                   \
+#define DA_FAST(DP, BM, SHARED, MINB, NAME, E)                                                          \
+    extern "C" __global__ void __launch_bounds__(NT, MINB) NAME(const Params P) {                   \
         exact_fast<E, DP, BM, SHARED>(P);                                                         \
     }
-DA_FAST(64, 64, false, detattn_exact64_f32, ElemF32)
-DA_FAST(64, 64, false, detattn_exact64_f16, ElemF16)
-DA_FAST(64, 64, false, detattn_exact64_bf16, ElemBf16)
+DA_FAST(64, 64, false, 2, detattn_exact64_f32, ElemF32)
+DA_FAST(64, 64, false, 2, detattn_exact64_f16, ElemF16)
+DA_FAST(64, 64, false, 2, detattn_exact64_bf16, ElemBf16)
 // sm_86 and sm_89 give a block at most 99 KB of shared memory: there the D <= 128 kernel stages K
 // and V one after the other in one buffer (86 KB) instead of side by side (117 KB). The bits are
 // the same; src/cuda/launch.rs mirrors this choice when it sizes the shared memory.
@@ -457,12 +527,12 @@ DA_FAST(64, 64, false, detattn_exact64_bf16, ElemBf16)
 #else
 #define DA_SHARED128 false
 #endif
-DA_FAST(128, 64, DA_SHARED128, detattn_exact128_f32, ElemF32)
-DA_FAST(128, 64, DA_SHARED128, detattn_exact128_f16, ElemF16)
-DA_FAST(128, 64, DA_SHARED128, detattn_exact128_bf16, ElemBf16)
-DA_FAST(256, 16, true, detattn_exact256_f32, ElemF32)
-DA_FAST(256, 16, true, detattn_exact256_f16, ElemF16)
-DA_FAST(256, 16, true, detattn_exact256_bf16, ElemBf16)
+DA_FAST(128, 64, DA_SHARED128, 1, detattn_exact128_f32, ElemF32)
+DA_FAST(128, 64, DA_SHARED128, 1, detattn_exact128_f16, ElemF16)
+DA_FAST(128, 64, DA_SHARED128, 1, detattn_exact128_bf16, ElemBf16)
+DA_FAST(256, 16, true, 1, detattn_exact256_f32, ElemF32)
+DA_FAST(256, 16, true, 1, detattn_exact256_f16, ElemF16)
+DA_FAST(256, 16, true, 1, detattn_exact256_bf16, ElemBf16)
 
 
 // ------------------------------------------------------------------------------ any head_dim
@@ -533,8 +603,9 @@ __device__ void exact_generic(const Params& P) {
     bad = redb[0] | redb[1] | P.badq[gi];
     const bool poisoned = (P.propagate != 0) & (bad != 0u);
     const float ls = l_safe(l);
+    const float rl = recip(ls);
     typename E::T* out = (typename E::T*)P.out;
-    for (int d = tid; d < P.D; d += GT) store_out<E>(out, gi * P.D + d, finalize(arow[d], ls, E::maxt()), poisoned);
+    for (int d = tid; d < P.D; d += GT) store_out<E>(out, gi * P.D + d, finalize_r(arow[d], ls, rl, E::maxt()), poisoned);
 }
 
 extern "C" __global__ void __launch_bounds__(GT) detattn_exact_generic_f32(const Params P) { exact_generic<ElemF32>(P); }

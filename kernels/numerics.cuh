@@ -103,13 +103,16 @@ __device__ __forceinline__ float recip(float l) {
     return __fmul_rn(r, __uint_as_float((253u - e) << 23));
 }
 
-/// §5 a / l, as a fixed sequence with one correction step (no IEEE division).
-__device__ __forceinline__ float div(float a, float l) {
-    float r = recip(l);
+/// §5 a / l given r = recip(l): the same operations as div, for callers that divide many values
+/// by one l and compute recip(l) once (a pure function of l, so the bits are the same).
+__device__ __forceinline__ float div_r(float a, float l, float r) {
     float q = fminf(fmaxf(__fmul_rn(a, r), -DA_FLT_MAX), DA_FLT_MAX);
     float e = __fmaf_rn(-q, l, a);
     return __fmaf_rn(e, r, q);
 }
+
+/// §5 a / l, as a fixed sequence with one correction step (no IEEE division).
+__device__ __forceinline__ float div(float a, float l) { return div_r(a, l, recip(l)); }
 
 /// §5 `lsafe`: the divisor, 1 when no key was valid.
 __device__ __forceinline__ float l_safe(float l) { return sel(l > 0.0f, l, 1.0f); }
@@ -117,6 +120,12 @@ __device__ __forceinline__ float l_safe(float l) { return sel(l > 0.0f, l, 1.0f)
 /// §5 One output element before rounding: divide, canonicalise zero, saturate to `maxt`.
 __device__ __forceinline__ float finalize(float acc, float lsafe, float maxt) {
     float o = __fadd_rn(div(acc, lsafe), 0.0f);
+    return fminf(fmaxf(o, -maxt), maxt);
+}
+
+/// §5 finalize with recip(lsafe) computed once per row by the caller (same operations).
+__device__ __forceinline__ float finalize_r(float acc, float lsafe, float r, float maxt) {
+    float o = __fadd_rn(div_r(acc, lsafe, r), 0.0f);
     return fminf(fmaxf(o, -maxt), maxt);
 }
 

@@ -45,7 +45,7 @@ fn smem_bytes(idx: usize, arch: &str) -> u32 {
     let (dp, bm) = (FAST_DP[idx], FAST_BM[idx]);
     let qs = dp + 4;
     let kv = if kv_shared(idx, arch) { 1 } else { 2 };
-    let floats = bm * qs + kv * TILE * qs + bm * (TILE + 4) + 2 * bm + 2 * TILE;
+    let floats = bm * qs + kv * TILE * qs + bm * (TILE + 4) + 2 * bm + 3 * TILE;
     (floats * 4) as u32
 }
 

@@ -5,8 +5,12 @@
 //! it times one call on a small fixed problem many times, **interleaved** with calls on a random
 //! baseline — the class of each measurement is drawn at random, as dudect does, so drifts of the
 //! machine (frequency, other load) fall on both classes alike — and compares the two samples with
-//! Welch's t-test. The verdict: `|t| < 4.5` passes (dudect's threshold); the cropped tests (upper
-//! tail cut at pooled percentiles) are reported next to it.
+//! Welch's t-test: on all measurements, and — as dudect does — on the measurements below each of
+//! a few percentiles of the two classes pooled (cropping the long upper tail of interrupts and
+//! preemptions, which on a loaded machine drowns the raw test). The verdict, like dudect's, takes
+//! the largest |t| of these tests: below 4.5 passes (dudect's threshold). Both the raw t and the
+//! largest cropped t are reported, and an A/A control (the baseline against itself) shows what
+//! noise alone gives.
 //!
 //! Timers: on the CPU, `std::time::Instant` (nanoseconds) around one `Engine::run_into` on a
 //! single-threaded engine; with `--backend cuda`, CUDA events around one launch
@@ -108,8 +112,8 @@ struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
-    /// Succeed iff some class reaches |t| > 10 (for the planted leak); default: succeed iff
-    /// every class has |t| < 4.5.
+    /// Succeed iff some class reaches max |t| > 10 (for the planted leak); default: succeed iff
+    /// every class has max |t| < 4.5 (max over the raw and the cropped tests).
     #[arg(long)]
     expect_leak: bool,
 }
@@ -401,6 +405,8 @@ mod gpu {
 
 /// One class's result.
 struct Row {
+    /// max(|t|, every cropped |t|): the statistic of the verdict, as dudect reports it.
+    t_max: f64,
     class: Class,
     base: Class,
     n: usize,
@@ -522,7 +528,10 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             base_mean: my.mean,
             t: welch_t(&mx, &my),
             crops: cropped_t(xs, ys, &CROPS),
+            t_max: 0.0,
         });
+        let r = rows.last_mut().expect("just pushed");
+        r.t_max = r.crops.iter().fold(r.t.abs(), |m, (_, t)| m.max(t.abs()));
     }
 
     let max_crop = |crops: &[(f64, f64)]| {
@@ -532,8 +541,8 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
             .unwrap_or((0.0, 0.0))
     };
-    let all_pass = rows.iter().all(|r| r.t.abs() < T_PASS);
-    let leak_found = rows.iter().any(|r| r.t.abs() > T_LEAK);
+    let all_pass = rows.iter().all(|r| r.t_max < T_PASS);
+    let leak_found = rows.iter().any(|r| r.t_max > T_LEAK);
     let ok = if a.expect_leak { leak_found } else { all_pass };
     let s = setup.plain.shape();
     let problem = format!(
@@ -569,7 +578,8 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                 "baseline_mean_ns": r.base_mean,
                 "t": r.t,
                 "cropped": r.crops.iter().map(|(p, t)| serde_json::json!({"percentile": p, "t": t})).collect::<Vec<_>>(),
-                "pass": r.t.abs() < T_PASS,
+                "t_max": r.t_max,
+                "pass": r.t_max < T_PASS,
             })).collect::<Vec<_>>(),
             "ok": ok,
         });
@@ -586,7 +596,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             a.n, a.seed, elapsed
         );
         println!(
-            "  {:<16} {:<12} {:>7} {:>12} {:>12} {:>8} {:>18}  verdict (|t| < {T_PASS})",
+            "  {:<16} {:<12} {:>7} {:>12} {:>12} {:>8} {:>18}  verdict (max |t| < {T_PASS})",
             "class", "vs", "n", "mean ns", "base ns", "t", "cropped max |t|"
         );
         let (p, t) = max_crop(&aa.2);
@@ -613,15 +623,15 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                 r.t,
                 t.abs(),
                 (p * 100.0).round(),
-                if r.t.abs() < T_PASS { "PASS" } else { "FAIL" }
+                if r.t_max < T_PASS { "PASS" } else { "FAIL" }
             );
         }
         println!(
             "  result: {}",
             match (a.expect_leak, ok) {
-                (false, true) => "every class |t| < 4.5: no timing difference detected",
-                (false, false) => "TIMING DIFFERENCE DETECTED (some class |t| >= 4.5)",
-                (true, true) => "planted leak detected (some class |t| > 10), as expected",
+                (false, true) => "every class max |t| < 4.5: no timing difference detected",
+                (false, false) => "TIMING DIFFERENCE DETECTED (some class max |t| >= 4.5)",
+                (true, true) => "planted leak detected (some class max |t| > 10), as expected",
                 (true, false) => "planted leak NOT detected: the harness lacks power",
             }
         );

@@ -85,7 +85,7 @@ fn violations(
         // Later rules divide by or multiply these; they only apply to in-range dimensions.
         return v;
     }
-    if s.q_heads % s.kv_heads != 0 {
+    if !s.q_heads.is_multiple_of(s.kv_heads) {
         v.push(Rule::HeadsNotDivisible);
     }
     let sc = scale.unwrap_or_else(|| default_scale(s.head_dim));

@@ -215,6 +215,8 @@ fn check<T: Element>(u: &mut Unstructured<'_>) -> Result<()> {
     Ok(())
 }
 
+// `dd` indexes the output row, V's column and names the element in messages.
+#[allow(clippy::needless_range_loop)]
 fn check_rows<T: Element>(
     spec: &Spec,
     problem: &Problem,

@@ -64,7 +64,7 @@ fn decode(e: &[u8]) -> Option<(u8, u8, [u64; 4], Vec<u32>)> {
         *s = u64::from_le_bytes(e[16 + 8 * i..24 + 8 * i].try_into().ok()?);
     }
     let body = &e[48..];
-    if body.len() % width != 0 {
+    if !body.len().is_multiple_of(width) {
         return None;
     }
     let elems = body

@@ -94,7 +94,8 @@ impl std::str::FromStr for Backend {
 enum Inner {
     Cpu(CpuBackend),
     #[cfg(feature = "cuda")]
-    Cuda(crate::cuda::CudaBackend),
+    // Boxed: the CUDA backend holds a context, streams and modules; the CPU variant is small.
+    Cuda(Box<crate::cuda::CudaBackend>),
 }
 
 /// A resolved backend and path, ready to run problems.
@@ -238,7 +239,7 @@ impl Engine {
     #[cfg(feature = "cuda")]
     pub fn cuda(&self) -> Option<&crate::cuda::CudaBackend> {
         match &self.inner {
-            Inner::Cuda(c) => Some(c),
+            Inner::Cuda(c) => Some(c.as_ref()),
             Inner::Cpu(_) => None,
         }
     }
@@ -246,7 +247,9 @@ impl Engine {
 
 #[cfg(feature = "cuda")]
 fn cuda_backend(ordinal: usize) -> Result<Inner> {
-    Ok(Inner::Cuda(crate::cuda::CudaBackend::new(ordinal)?))
+    Ok(Inner::Cuda(Box::new(crate::cuda::CudaBackend::new(
+        ordinal,
+    )?)))
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -6,6 +6,10 @@
 //! written, so the results are the same bits on every machine. Nothing branches on a value:
 //! selections go through [`sel`], a bit mask.
 
+// `x.max(lo).min(hi)` is the document's operation sequence (IEEE maxNum then minNum), mirrored
+// by fmaxf/fminf in the kernel; `f32::clamp` is a different operation (it passes NaN through).
+#![allow(clippy::manual_clamp)]
+
 /// Keys per tile (§4).
 pub const TILE: usize = 64;
 /// Largest key length accepted (§4: keeps `l ≤ 1/4`).

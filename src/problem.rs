@@ -178,7 +178,7 @@ impl ProblemBuilder {
                 });
             }
         }
-        if s.q_heads % s.kv_heads != 0 {
+        if !s.q_heads.is_multiple_of(s.kv_heads) {
             return Err(Error::HeadsNotDivisible {
                 q_heads: s.q_heads,
                 kv_heads: s.kv_heads,

@@ -21,15 +21,60 @@ pub(crate) struct Item<'a> {
     pub mask: Option<&'a [bool]>,
 }
 
-/// Run one item, choosing the widest instruction set this CPU has. The arithmetic is the same
-/// either way (IEEE fma in both); only the speed differs.
-pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
+/// The instruction sets the tile loop is compiled for. The arithmetic is the same on each (IEEE
+/// fma, add, multiply in the same order); only the vector width, and so the speed, differs. A unit
+/// test holds every variant this CPU can run to the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    Portable,
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        // SAFETY: the two features this function is compiled for were detected just above.
-        unsafe { run_item_avx2_fma(item, q, out) };
-        return;
+    Avx2Fma,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// Every variant this CPU can run, widest last.
+    pub(crate) fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut v = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let fma = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+            if fma {
+                v.push(Isa::Avx2Fma);
+            }
+            if fma && std::is_x86_feature_detected!("avx512f") {
+                v.push(Isa::Avx512);
+            }
+        }
+        v
     }
+}
+
+/// Run one item with the widest instruction set this CPU has.
+pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
+    // Feature detection is cached by std; this is a few loads per item.
+    let isa = *Isa::available().last().unwrap_or(&Isa::Portable);
+    run_item_with(isa, item, q, out);
+}
+
+/// Run one item with `isa`, which must be one of [`Isa::available`].
+pub(crate) fn run_item_with<T: Element>(isa: Isa, item: &Item<'_>, q: &[T], out: &mut [T]) {
+    match isa {
+        Isa::Portable => run_item_body(item, q, out),
+        // SAFETY: `isa` comes from `Isa::available`, which detected avx2 and fma.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => unsafe { run_item_avx2_fma(item, q, out) },
+        // SAFETY: `isa` comes from `Isa::available`, which detected avx512f, avx2 and fma.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { run_item_avx512(item, q, out) },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn run_item_avx512<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
     run_item_body(item, q, out);
 }
 
@@ -38,6 +83,10 @@ pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
 fn run_item_avx2_fma<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
     run_item_body(item, q, out);
 }
+
+/// Accumulator columns kept in registers across a tile's keys: 64 floats, eight 256-bit or
+/// four 512-bit registers, so `acc` is loaded and stored once per tile rather than once per key.
+const CH: usize = 64;
 
 /// Per-row softmax state (§4).
 struct RowState {
@@ -98,19 +147,25 @@ fn run_item_body<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
                 let o = p.mask_row_offset(item.b, item.h, i);
                 &m[o..o + skv]
             });
-            for j in 0..TILE {
+            for (j, vj) in valid.iter_mut().enumerate() {
                 let jj = j0 + j;
                 // `jj < skv` is positional; the mask value itself is only combined, never branched on.
                 let by_mask = mrow.is_none_or(|m| jj < skv && m[jj]);
-                valid[j] = mask_of((jj < row.limit) & by_mask);
+                *vj = mask_of((jj < row.limit) & by_mask);
             }
             // §3 finish and §4 update.
-            let mut mt = -FLT_MAX;
-            for j in 0..TILE {
-                let x = score_finish(s[j], scale, row.shift, sk[j]);
-                s[j] = sel(valid[j] != 0, x, -FLT_MAX);
-                mt = mt.max(s[j]);
+            for ((sj, &vj), &skj) in s.iter_mut().zip(&valid).zip(sk) {
+                let x = score_finish(*sj, scale, row.shift, skj);
+                *sj = sel(vj != 0, x, -FLT_MAX);
             }
+            // max is exact; lanes then combined (a -0/+0 tie is canonicalised by `+ 0.0` below).
+            let mut m8 = [-FLT_MAX; 8];
+            for c in s.chunks_exact(8) {
+                for k in 0..8 {
+                    m8[k] = m8[k].max(c[k]);
+                }
+            }
+            let mt = m8.iter().fold(-FLT_MAX, |a, &b| a.max(b));
             let mnew = row.m.max(mt) + 0.0;
             let alpha = exp(clamp_z(row.m - mnew));
             for j in 0..TILE {
@@ -119,19 +174,46 @@ fn run_item_body<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
                 row.bad |= valid[j] & badkv[j];
             }
             row.m = mnew;
-            row.l *= alpha;
-            let a = &mut acc[r * d..(r + 1) * d];
-            for x in a.iter_mut() {
-                *x *= alpha;
-            }
             // Keys past the limit have p = 0 and would leave acc as it is (§4): stop at the limit.
             let jn = (row.limit - j0).min(TILE);
-            for j in 0..jn {
-                row.l += pj[j];
-                let vr = &kv.v[(j0 + j) * d..(j0 + j + 1) * d];
-                let w = pj[j];
-                for (x, y) in a.iter_mut().zip(vr) {
-                    *x = w.mul_add(*y, *x);
+            let mut l = row.l * alpha;
+            for &w in &pj[..jn] {
+                l += w;
+            }
+            row.l = l;
+            let a = &mut acc[r * d..(r + 1) * d];
+            let vt = &kv.v[j0 * d..(j0 + jn) * d];
+            for (c, ac) in a.chunks_mut(CH).enumerate() {
+                if ac.len() == CH {
+                    let mut reg = [0.0f32; CH];
+                    for (x, y) in reg.iter_mut().zip(ac.iter()) {
+                        *x = *y * alpha;
+                    }
+                    for (&w, vrow) in pj[..jn].iter().zip(vt.chunks_exact(d)) {
+                        // Always `Some` (this chunk is whole: c·CH + CH ≤ d); the let-else keeps
+                        // an index panic path, which blocks vectorisation, out of the loop.
+                        let Some(vr) = vrow
+                            .get(c * CH..)
+                            .and_then(|x| x.as_chunks::<CH>().0.first())
+                        else {
+                            continue;
+                        };
+                        for k in 0..CH {
+                            reg[k] = w.mul_add(vr[k], reg[k]);
+                        }
+                    }
+                    ac.copy_from_slice(&reg);
+                } else {
+                    for x in ac.iter_mut() {
+                        *x *= alpha;
+                    }
+                    for j in 0..jn {
+                        let w = pj[j];
+                        let vr = &vt[j * d + c * CH..j * d + c * CH + ac.len()];
+                        for (x, y) in ac.iter_mut().zip(vr) {
+                            *x = w.mul_add(*y, *x);
+                        }
+                    }
                 }
             }
         }
@@ -157,13 +239,15 @@ fn run_item_body<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
 /// §3: the 64 score chains of one tile, each sequential in d, run side by side.
 #[inline(always)]
 fn tile_scores(q: &[f32], kt: &[f32], s: &mut [f32; TILE]) {
-    *s = [0.0; TILE];
-    for (dd, &qd) in q.iter().enumerate() {
-        let krow: &[f32; TILE] = kt[dd * TILE..(dd + 1) * TILE].try_into().expect("tile row");
+    // A local accumulator and a loop with no panic path, so the 64 chains stay in registers.
+    let mut acc = [0.0f32; TILE];
+    let (rows, _) = kt.as_chunks::<TILE>();
+    for (&qd, krow) in q.iter().zip(rows) {
         for j in 0..TILE {
-            s[j] = qd.mul_add(krow[j], s[j]);
+            acc[j] = qd.mul_add(krow[j], acc[j]);
         }
     }
+    *s = acc;
 }
 
 /// Branch-free choice between two output elements by their bits.
@@ -173,4 +257,55 @@ fn select_elem<T: Element>(c: bool, a: T, b: T) -> T {
     let m = mask_of(c);
     let bits = (a.to_bits_u32() & m) | (b.to_bits_u32() & !m);
     T::from_bits_u32(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::{GenOptions, generate};
+    use crate::problem::{MaskLayout, Shape};
+
+    /// Every instruction-set variant of the tile loop gives the same bits (the dispatch picks the
+    /// widest, so without this the narrower ones would go untested on a wide CPU).
+    #[test]
+    fn every_isa_variant_gives_the_same_bits() {
+        let isas = Isa::available();
+        for (seed, (sq, skv, d, causal)) in
+            [(17, 70, 64, false), (33, 130, 80, true), (5, 9, 3, false)]
+                .into_iter()
+                .enumerate()
+        {
+            let p = Problem::builder(Shape::new(1, 1, 1, sq, skv, d))
+                .causal(causal)
+                .mask(MaskLayout::SHARED)
+                .build()
+                .expect("valid problem");
+            let x = generate::<f32>(&p, GenOptions::seed(seed as u64));
+            let kv = PreparedKv::new(&x.k, &x.v, skv, d);
+            let item = Item {
+                problem: &p,
+                b: 0,
+                h: 0,
+                i0: 0,
+                rows: sq,
+                kv: &kv,
+                mask: x.mask.as_deref(),
+            };
+            let mut want = vec![0.0f32; sq * d];
+            run_item_with(Isa::Portable, &item, &x.q, &mut want);
+            assert!(
+                want.iter().any(|v| *v != 0.0),
+                "a trivial output proves nothing"
+            );
+            for &isa in &isas {
+                let mut got = vec![f32::NAN; sq * d];
+                run_item_with(isa, &item, &x.q, &mut got);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{isa:?} differs from the portable loop (seed {seed})");
+            }
+        }
+    }
 }

@@ -10,7 +10,8 @@ fn hex(s: &str) -> u32 {
 }
 
 fn rows(text: &str) -> impl Iterator<Item = Vec<u32>> + '_ {
-    text.lines().map(|l| l.split_whitespace().map(hex).collect())
+    text.lines()
+        .map(|l| l.split_whitespace().map(hex).collect())
 }
 
 #[test]
@@ -28,7 +29,12 @@ fn div_matches_the_reference_bit_for_bit() {
 fn exp_matches_the_reference_bit_for_bit() {
     let mut n = 0;
     for r in rows(include_str!("data/exp_kat.txt")) {
-        assert_eq!(exp(f32::from_bits(r[0])).to_bits(), r[1], "exp({:08x})", r[0]);
+        assert_eq!(
+            exp(f32::from_bits(r[0])).to_bits(),
+            r[1],
+            "exp({:08x})",
+            r[0]
+        );
         n += 1;
     }
     assert_eq!(n, 4000);
@@ -40,7 +46,11 @@ fn fma_is_a_single_rounding() {
     // emulation fails some of these.
     let mut n = 0;
     for r in rows(include_str!("data/fma_kat.txt")) {
-        let (a, b, c) = (f32::from_bits(r[0]), f32::from_bits(r[1]), f32::from_bits(r[2]));
+        let (a, b, c) = (
+            f32::from_bits(r[0]),
+            f32::from_bits(r[1]),
+            f32::from_bits(r[2]),
+        );
         let got = a.mul_add(b, c);
         // NaN from inf − inf is possible for arbitrary operands; compare NaN-ness then bits.
         if got.is_nan() {

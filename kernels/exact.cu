@@ -519,17 +519,18 @@ __device__ void exact_fast(const Params& P) {
 DA_FAST(64, 64, false, 2, detattn_exact64_f32, ElemF32)
 DA_FAST(64, 64, false, 2, detattn_exact64_f16, ElemF16)
 DA_FAST(64, 64, false, 2, detattn_exact64_bf16, ElemBf16)
-// sm_86 and sm_89 give a block at most 99 KB of shared memory: there the D <= 128 kernel stages K
-// and V one after the other in one buffer (86 KB) instead of side by side (117 KB). The bits are
+// D <= 128: 48 rows per block, so that two blocks fit an SM (2 x 108 KB of shared memory, 128
+// registers). sm_86 and sm_89 give a block at most 99 KB: there K and V are staged one after the
+// other in one buffer (74 KB) instead of side by side. The bits are
 // the same; src/cuda/launch.rs mirrors this choice when it sizes the shared memory.
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
 #define DA_SHARED128 true
 #else
 #define DA_SHARED128 false
 #endif
-DA_FAST(128, 64, DA_SHARED128, 1, detattn_exact128_f32, ElemF32)
-DA_FAST(128, 64, DA_SHARED128, 1, detattn_exact128_f16, ElemF16)
-DA_FAST(128, 64, DA_SHARED128, 1, detattn_exact128_bf16, ElemBf16)
+DA_FAST(128, 48, DA_SHARED128, 2, detattn_exact128_f32, ElemF32)
+DA_FAST(128, 48, DA_SHARED128, 2, detattn_exact128_f16, ElemF16)
+DA_FAST(128, 48, DA_SHARED128, 2, detattn_exact128_bf16, ElemBf16)
 DA_FAST(256, 16, true, 1, detattn_exact256_f32, ElemF32)
 DA_FAST(256, 16, true, 1, detattn_exact256_f16, ElemF16)
 DA_FAST(256, 16, true, 1, detattn_exact256_bf16, ElemBf16)

@@ -22,7 +22,7 @@ use std::sync::Arc;
 const TILE: usize = crate::numerics::TILE;
 /// Head-dim bound, rows per block and threads of the three fast kernels (kernels/exact.cu).
 const FAST_DP: [usize; 3] = [64, 128, 256];
-const FAST_BM: [usize; 3] = [64, 64, 16];
+const FAST_BM: [usize; 3] = [64, 48, 16];
 const FAST_THREADS: u32 = 256;
 const GENERIC_THREADS: u32 = 64;
 const PREPARE_THREADS: u32 = 256;

@@ -3,7 +3,9 @@
 //! D1–D5, fully written outputs, typed errors on the device path.
 //!
 //! Without a CUDA driver or a supported GPU every test prints `SKIPPED` and why (to stderr) and
-//! returns: it cannot pass silently on a machine that has no GPU.
+//! returns: it cannot pass silently on a machine that has no GPU. Built without the `cuda`
+//! feature, this file is empty (there is no CUDA backend to test).
+#![cfg(feature = "cuda")]
 
 use detattn::cuda::{CudaBackend, CudaSlice, CudaStream, DeviceRepr};
 use detattn::inputs::{GenOptions, SplitMix64, generate};
@@ -229,9 +231,10 @@ fn random_problem(rng: &mut SplitMix64, big: bool) -> (Problem, DType, i32, usiz
         pb = pb.scale([0.3f32, 1.0, 1e-3, 7.5][r(4)]);
     }
     let nonfinite = r(3) == 0;
-    let policy = if nonfinite && r(4) != 0 {
-        NonFinitePolicy::Propagate
-    } else if r(2) == 0 {
+    // Mostly Propagate when non-finite values are planted, else either policy. (Short-circuit
+    // order fixes which draws are taken, so the problem list is the same on every run.)
+    let propagate = (nonfinite && r(4) != 0) || r(2) == 0;
+    let policy = if propagate {
         NonFinitePolicy::Propagate
     } else {
         NonFinitePolicy::Reject

@@ -107,7 +107,8 @@ pub fn prepare_row(row: &mut [f32], scale_row: bool) -> (i32, bool) {
     let shift = row_shift(emax);
     let f = pow2(shift);
     for x in row.iter_mut() {
-        *x *= f;
+        // fma(x, f, +0) for §2.5's x * f: the same bits (numerics.md §8), no subnormal-result penalty.
+        *x = x.mul_add(f, 0.0);
     }
     (shift, bad != 0)
 }
@@ -118,7 +119,12 @@ pub fn score_finish(s: f32, scale: f32, sq: i32, sk: i32) -> f32 {
     let u = -(sq + sk);
     let a = u >> 1;
     let b = u - a;
-    let x = ((s * scale) * pow2(a)) * pow2(b);
+    // Each product as fma(x, y, +0): the same bits (numerics.md §8), without the multiplier's
+    // subnormal-result penalty on some x86 cores, which leaked the values (docs/audit.md, Timing).
+    let x = s
+        .mul_add(scale, 0.0)
+        .mul_add(pow2(a), 0.0)
+        .mul_add(pow2(b), 0.0);
     x.max(-FLT_MAX).min(FLT_MAX)
 }
 
@@ -164,7 +170,7 @@ pub fn recip(l: f32) -> f32 {
 #[inline(always)]
 pub fn div(a: f32, l: f32) -> f32 {
     let r = recip(l);
-    let q = (a * r).max(-FLT_MAX).min(FLT_MAX);
+    let q = a.mul_add(r, 0.0).max(-FLT_MAX).min(FLT_MAX);
     let e = (-q).mul_add(l, a);
     e.mul_add(r, q)
 }

@@ -109,6 +109,24 @@ pub trait Element:
     fn from_bits_u32(bits: u32) -> Self;
 }
 
+/// f16 → f32, exact, without a branch on the value (`half`'s software fallback, used where F16C
+/// is missing, branches on the exponent; docs/threat-model.md). Normal and subnormal values: the
+/// magnitude bits shifted into an f32's place are the value times 2⁻¹¹², so one multiply by 2¹¹²
+/// (written as fma(x, 2¹¹², +0): a subnormal operand must not cost time, numerics.md §8) gives it
+/// exactly. Infinities and NaNs (exponent 31) are selected by bit mask.
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let mag = h & 0x7FFF;
+    let finite = f32::from_bits(mag << 13)
+        .mul_add(f32::from_bits(0x7780_0000), 0.0)
+        .to_bits();
+    let special = 0x7F80_0000 | ((mag & 0x03FF) << 13);
+    let is_special = crate::numerics::mask_of(mag >= 0x7C00);
+    f32::from_bits(sign | (special & is_special) | (finite & !is_special))
+}
+
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
     #[inline(always)]
@@ -138,7 +156,7 @@ impl Element for f16 {
     const DTYPE: DType = DType::F16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        f16::to_f32(self)
+        f16_to_f32(self.to_bits())
     }
     #[inline(always)]
     fn from_f32_rne(x: f32) -> Self {
@@ -164,7 +182,8 @@ impl Element for bf16 {
     const DTYPE: DType = DType::Bf16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
+        // bf16 is the upper half of a binary32: widening is a shift, for every pattern.
+        f32::from_bits(u32::from(self.to_bits()) << 16)
     }
     #[inline(always)]
     fn from_f32_rne(x: f32) -> Self {
@@ -209,6 +228,29 @@ mod tests {
                 bf16::from_f32(f).to_bits(),
                 "{f:e}"
             );
+        }
+    }
+
+    #[test]
+    fn widening_agrees_with_half_on_every_pattern() {
+        // Exhaustive: all 65 536 patterns of each 16-bit type against `half`'s conversion.
+        for b in 0..=u16::MAX {
+            for (ours, theirs) in [
+                (
+                    <f16 as Element>::to_f32(f16::from_bits(b)),
+                    f16::from_bits(b).to_f32(),
+                ),
+                (
+                    <bf16 as Element>::to_f32(bf16::from_bits(b)),
+                    bf16::from_bits(b).to_f32(),
+                ),
+            ] {
+                if theirs.is_nan() {
+                    assert!(ours.is_nan(), "{b:#06x}: {ours}");
+                } else {
+                    assert_eq!(ours.to_bits(), theirs.to_bits(), "{b:#06x}");
+                }
+            }
         }
     }
 

@@ -49,14 +49,19 @@ impl Shape {
         }
     }
 
-    /// Elements of Q and of the output.
+    /// Elements of Q and of the output. Saturates at `usize::MAX` for a shape too large to
+    /// address (such a shape never passes [`ProblemBuilder::build`]), so it never panics.
     pub fn q_elems(&self) -> usize {
-        self.batch * self.q_heads * self.q_len * self.head_dim
+        [self.q_heads, self.q_len, self.head_dim]
+            .iter()
+            .fold(self.batch, |a, &d| a.saturating_mul(d))
     }
 
-    /// Elements of K and of V.
+    /// Elements of K and of V. Saturates like [`q_elems`](Shape::q_elems).
     pub fn kv_elems(&self) -> usize {
-        self.batch * self.kv_heads * self.kv_len * self.head_dim
+        [self.kv_heads, self.kv_len, self.head_dim]
+            .iter()
+            .fold(self.batch, |a, &d| a.saturating_mul(d))
     }
 
     /// Query heads per KV head.
@@ -265,6 +270,9 @@ impl Problem {
         self.kv_lens.as_deref()
     }
     /// The key length of batch element `b`.
+    ///
+    /// # Panics
+    /// If `b >= batch`: an index of the caller's, not an input the library validates.
     pub fn kv_len_of(&self, b: usize) -> usize {
         self.kv_lens.as_ref().map_or(self.shape.kv_len, |l| l[b])
     }
@@ -289,7 +297,8 @@ impl Problem {
         ]
     }
 
-    /// Offset of mask row `(b, h, i)` (start of its `kv_len` entries).
+    /// Offset of mask row `(b, h, i)` (start of its `kv_len` entries). Indices out of range give
+    /// an offset outside the mask; the caller's slice indexing then panics.
     pub fn mask_row_offset(&self, b: usize, h: usize, i: usize) -> usize {
         let [_, hm, sq, skv] = self.mask_dims();
         let l = self.mask.unwrap_or(MaskLayout::SHARED);
@@ -300,6 +309,9 @@ impl Problem {
 
     /// One past the last key row `i` of batch element `b` may see, by position alone (key
     /// length and causality, both public); 0 when it sees none.
+    ///
+    /// # Panics
+    /// If `b >= batch`, as [`kv_len_of`](Problem::kv_len_of).
     pub fn key_limit(&self, b: usize, i: usize) -> usize {
         let l = self.kv_len_of(b);
         if self.causal {

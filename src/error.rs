@@ -122,6 +122,17 @@ pub enum Error {
         /// The accepted values, as text.
         supported: &'static str,
     },
+    /// The chosen path does not take this element type (the `TensorCore` path takes f16 and
+    /// bf16; f32 runs on the `Exact` path).
+    #[error("the {path} path takes {supported} inputs, got {dtype}")]
+    DTypeUnsupported {
+        /// The path.
+        path: crate::Path,
+        /// What was given.
+        dtype: crate::DType,
+        /// The accepted element types, as text.
+        supported: &'static str,
+    },
     /// The chosen path is not available on the chosen backend.
     #[error("the {path} path is not available on the {backend} backend: {reason}")]
     PathUnavailable {

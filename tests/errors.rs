@@ -622,6 +622,14 @@ fn messages_of_variants_not_reachable_without_a_gpu() {
             },
             "the tensorcore path takes head_dim in 32, 64, 96, 128, 256, got 48",
         ),
+        (
+            Error::DTypeUnsupported {
+                path: Path::TensorCore,
+                dtype: DType::F32,
+                supported: "f16, bf16",
+            },
+            "the tensorcore path takes f16, bf16 inputs, got f32",
+        ),
     ];
     for (e, want) in cases {
         assert_msg(&e, want);
@@ -657,6 +665,10 @@ const COVERAGE: &[(&str, &str)] = &[
     (
         "HeadDimUnsupported",
         "messages_of_variants_not_reachable_without_a_gpu (no path constructs it yet)",
+    ),
+    (
+        "DTypeUnsupported",
+        "messages_of_variants_not_reachable_without_a_gpu (GPU; tests/cuda_tensorcore.rs)",
     ),
     ("PathUnavailable", "path_unavailable_tensorcore_on_cpu"),
     ("ThreadPool", "thread_pool_error_when_threads_cannot_start"),

@@ -513,7 +513,7 @@ impl Inner {
 
     /// Check lengths and devices of device-resident arguments.
     #[allow(clippy::too_many_arguments)]
-    fn check_device_args<T>(
+    pub(crate) fn check_device_args<T>(
         &self,
         stream: &CudaStream,
         p: &Problem,
@@ -748,5 +748,46 @@ impl Inner {
             iters,
             rotate,
         })
+    }
+}
+
+impl Inner {
+    /// The non-finite scan of the `Exact` path on device-resident inputs, for another path (the
+    /// `TensorCore` one) under `Reject`: the preparation kernels and `reject_flags` on `stream`,
+    /// then the host reads three words and decides once. Every element is read whatever it holds.
+    /// Returns [`Error::NonFinite`] naming the first tensor (q, k, v) that holds a NaN or ±inf.
+    pub(crate) fn scan_nonfinite_device<T: Element + DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+    ) -> Result<()> {
+        self.check_stream(stream)?;
+        let pl = plan(p)?;
+        let mut sc = alloc_scratch(&self.stream, p, &pl)?;
+        let mut g = Guards(Vec::new());
+        let io = Io {
+            q: g.r(q, stream),
+            k: g.r(k, stream),
+            v: g.r(v, stream),
+            mask: 0,
+            out: 0,
+        };
+        self.enqueue(stream, p, &pl, T::DTYPE, io, &mut sc, true, false)?;
+        drop(g);
+        let flags = self
+            .stream
+            .clone_dtoh(&sc.flags)
+            .map_err(drv("cuMemcpyDtoH"))?;
+        self.stream
+            .synchronize()
+            .map_err(drv("kernel execution (prepare, scan)"))?;
+        let names = [TensorName::Q, TensorName::K, TensorName::V];
+        match flags.iter().position(|&f| f != 0) {
+            Some(i) => Err(Error::NonFinite { tensor: names[i] }),
+            None => Ok(()),
+        }
     }
 }

@@ -39,6 +39,43 @@ static EMBEDDED: [(&str, &[u8]); 4] = [
     ),
 ];
 
+/// The `TensorCore` kernel binaries (kernels/tensorcore.cu), one per architecture in [`ARCHS`]
+/// order, in the same manifest. The test-only folder override does not apply to them.
+static TC_EMBEDDED: [(&str, &[u8]); 4] = [
+    (
+        "tensorcore.sm_80.cubin",
+        include_bytes!("../../kernels/cubin/tensorcore.sm_80.cubin"),
+    ),
+    (
+        "tensorcore.sm_86.cubin",
+        include_bytes!("../../kernels/cubin/tensorcore.sm_86.cubin"),
+    ),
+    (
+        "tensorcore.sm_89.cubin",
+        include_bytes!("../../kernels/cubin/tensorcore.sm_89.cubin"),
+    ),
+    (
+        "tensorcore.sm_90.cubin",
+        include_bytes!("../../kernels/cubin/tensorcore.sm_90.cubin"),
+    ),
+];
+
+/// The verified `TensorCore` cubin for `arch` and its file name (always the embedded one).
+pub(crate) fn load_tensorcore(arch: &str) -> Result<(&'static [u8], &'static str)> {
+    let file = format!("tensorcore.{arch}.cubin");
+    let (name, bytes) = TC_EMBEDDED
+        .iter()
+        .find(|(f, _)| *f == file)
+        .copied()
+        .ok_or_else(|| Error::CubinIntegrity {
+            file: file.clone(),
+            expected: "an embedded cubin".into(),
+            actual: "none".into(),
+        })?;
+    verify(name, bytes, MANIFEST)?;
+    Ok((bytes, name))
+}
+
 /// Lowercase hex SHA-256.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -100,6 +137,7 @@ pub(crate) fn embedded() -> Vec<Embedded> {
     EMBEDDED
         .iter()
         .zip(ARCHS)
+        .chain(TC_EMBEDDED.iter().zip(ARCHS))
         .map(|((file, bytes), arch)| {
             let sha = hashes
                 .iter()
@@ -167,6 +205,7 @@ mod tests {
         }
         for a in ARCHS {
             assert!(load(a).is_ok(), "{a}");
+            assert!(load_tensorcore(a).is_ok(), "tensorcore {a}");
         }
     }
 

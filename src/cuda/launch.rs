@@ -203,3 +203,106 @@ pub(crate) fn devices() -> Result<Vec<(usize, String, i32, i32)>> {
     }
     Ok(out)
 }
+
+// ------------------------------------------------------------------ the TensorCore kernels (issue 5)
+
+/// The arguments of every `tc_fwd_*` / `tc_dec_*` kernel of `kernels/tensorcore.cu`, in the order
+/// and with the types of its ABI comment: device addresses as 8 bytes, then `int`s, the `float`
+/// scale, the mask address and its three `long long` strides. Change both together.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TcArgs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    /// `int[B]` key lengths, or 0 (NULL: every batch element uses `skv`).
+    pub kv_lens: u64,
+    pub b: i32,
+    pub hq: i32,
+    pub hkv: i32,
+    pub sq: i32,
+    pub skv: i32,
+    pub scale: f32,
+    /// One byte per entry, or 0 (NULL: no mask).
+    pub mask: u64,
+    pub msb: i64,
+    pub msh: i64,
+    pub msq: i64,
+}
+
+impl Module {
+    /// Read `N` 32-bit integers from the `__constant__` array `name` of this module (the
+    /// TensorCore cubin exports its launch configuration this way). Synchronous.
+    pub(crate) fn constant_i32<const N: usize>(&self, name: &str) -> Result<[i32; N]> {
+        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        let cname = CString::new(name).expect("symbol names have no NUL");
+        // SAFETY: the module is loaded and not unloaded before `self` drops.
+        let (ptr, bytes) = unsafe { result::module::get_global(self.module, cname) }
+            .map_err(drv("cuModuleGetGlobal"))?;
+        if bytes != N * 4 {
+            return Err(crate::error::Error::Cuda {
+                op: "cuModuleGetGlobal",
+                message: format!("{name} holds {bytes} bytes, expected {}", N * 4),
+            });
+        }
+        let mut out = [0i32; N];
+        // SAFETY: `ptr` is the device address of a global of exactly `N * 4` bytes (checked
+        // above); `out` is a host buffer of that size; the copy is synchronous.
+        unsafe { result::memcpy_dtoh_sync(&mut out, ptr) }.map_err(drv("cuMemcpyDtoH"))?;
+        Ok(out)
+    }
+}
+
+/// Launch a TensorCore kernel on `stream` with `a` (asynchronous).
+///
+/// The caller (src/cuda/tensorcore.rs) guarantees that `q`, `k`, `v`, `o` are live, 16-byte
+/// aligned device allocations of `[B, Hq|Hkv, Sq|Skv, D]` elements of the kernel's dtype and head
+/// dim, `kv_lens` (if not 0) holds `B` ints in `[0, Skv]`, `mask` (if not 0) covers every
+/// `b·msb + h·msh + i·msq + j` the shape reaches, that all of them stay alive until the stream
+/// has run the kernel, and that `grid`, `block`, `smem` are the cubin's own configuration.
+pub(crate) fn launch_tc(
+    stream: &CudaStream,
+    kernel: Kernel,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: u32,
+    a: &TcArgs,
+) -> Result<()> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(drv("cuCtxSetCurrent"))?;
+    let mut a = *a;
+    let mut args: [*mut c_void; 15] = [
+        (&mut a.q as *mut u64).cast(),
+        (&mut a.k as *mut u64).cast(),
+        (&mut a.v as *mut u64).cast(),
+        (&mut a.o as *mut u64).cast(),
+        (&mut a.kv_lens as *mut u64).cast(),
+        (&mut a.b as *mut i32).cast(),
+        (&mut a.hq as *mut i32).cast(),
+        (&mut a.hkv as *mut i32).cast(),
+        (&mut a.sq as *mut i32).cast(),
+        (&mut a.skv as *mut i32).cast(),
+        (&mut a.scale as *mut f32).cast(),
+        (&mut a.mask as *mut u64).cast(),
+        (&mut a.msb as *mut i64).cast(),
+        (&mut a.msh as *mut i64).cast(),
+        (&mut a.msq as *mut i64).cast(),
+    ];
+    // SAFETY: the kernel takes exactly these 15 parameters with these sizes (kernels/tensorcore.cu
+    // ABI: 5 pointers, 5 ints, a float, a pointer, 3 long longs); each entry points to a live
+    // local of that size, which the driver copies at launch. The device addresses inside are
+    // valid as the caller guarantees (above).
+    unsafe {
+        result::launch_kernel(
+            kernel.func,
+            grid,
+            (block, 1, 1),
+            smem,
+            stream.cu_stream(),
+            &mut args,
+        )
+    }
+    .map_err(drv("cuLaunchKernel"))
+}

@@ -14,6 +14,7 @@
 mod backend;
 mod cubins;
 mod launch;
+mod tensorcore;
 
 use crate::dtype::{DType, Element};
 use crate::engine::Path;
@@ -23,6 +24,9 @@ use std::sync::Arc;
 
 pub use cubins::TEST_CUBIN_DIR_ENV;
 pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
+pub use tensorcore::{
+    TENSORCORE_HEAD_DIMS, golden_digest, tensorcore_expected_digests, tensorcore_supports,
+};
 
 /// A GPU as seen by the probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,10 +130,15 @@ pub fn probe() -> Probe {
     }
 }
 
-/// A CUDA device with the embedded `Exact` kernels loaded.
+/// A CUDA device with the embedded `Exact` kernels loaded (and the `TensorCore` kernels, on
+/// first use of that path).
 #[derive(Debug)]
 pub struct CudaBackend {
     inner: backend::Inner,
+    /// `sm_90` etc.: the architecture whose cubins were loaded.
+    arch: &'static str,
+    /// The `TensorCore` cubin, loaded and verified on first use (or why it could not be).
+    tc: std::sync::OnceLock<Result<tensorcore::Tc>>,
 }
 
 impl CudaBackend {
@@ -145,9 +154,38 @@ impl CudaBackend {
                 reason: "libcuda.so could not be loaded".into(),
             });
         }
+        let inner = backend::Inner::open(ordinal)?;
+        // Inner::open found this device and its architecture among the shipped ones.
+        let arch = launch::devices()?
+            .into_iter()
+            .find(|d| d.0 == ordinal)
+            .and_then(|(_, _, major, minor)| cubins::arch_of(major, minor))
+            .unwrap_or("unknown");
         Ok(CudaBackend {
-            inner: backend::Inner::open(ordinal)?,
+            inner,
+            arch,
+            tc: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The architecture of the loaded kernels (`sm_90`): the `TensorCore` path's bits, and so
+    /// its golden digests, are per architecture.
+    pub fn arch(&self) -> &'static str {
+        self.arch
+    }
+
+    /// The `TensorCore` kernels, loading and verifying `tensorcore.<arch>.cubin` on first use.
+    /// Errors as [`CudaBackend::new`] ([`Error::CubinIntegrity`], [`Error::Cuda`]).
+    pub(crate) fn tensorcore(&self) -> Result<&tensorcore::Tc> {
+        self.tc
+            .get_or_init(|| tensorcore::Tc::open(&self.inner.stream().context().clone(), self.arch))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The embedded `TensorCore` cubin this device runs (`tensorcore.sm_90.cubin`), loading it.
+    pub fn tensorcore_cubin(&self) -> Result<&'static str> {
+        Ok(self.tensorcore()?.file())
     }
 
     /// One-line description (`cuda:0 NVIDIA H100 80GB HBM3 (sm_90)`).
@@ -183,14 +221,13 @@ impl CudaBackend {
         mask: Option<&[bool]>,
         out: &mut [T],
     ) -> Result<()> {
-        if path != Path::Exact {
-            return Err(Error::PathUnavailable {
-                path,
-                backend: self.describe(),
-                reason: "the CUDA backend runs the Exact path only so far",
-            });
+        match path {
+            Path::Exact => self.inner.run_host(p, q, k, v, mask, out),
+            Path::TensorCore => {
+                self.tensorcore()?
+                    .run_host(&self.inner.stream(), p, q, k, v, mask, out)
+            }
         }
-        self.inner.run_host(p, q, k, v, mask, out)
     }
 
     /// Device-resident buffers, launched on `stream` (asynchronous: synchronise the stream before
@@ -209,6 +246,32 @@ impl CudaBackend {
         out: &mut CudaSlice<T>,
     ) -> Result<()> {
         self.inner.run_device(stream, p, q, k, v, mask, out, true)
+    }
+
+    /// The `TensorCore` path on device-resident buffers (f16/bf16, head_dim 64/128/256),
+    /// launched on `stream` (asynchronous: synchronise the stream before reading `out`). The mask
+    /// is one byte per entry (nonzero = attend). Validates lengths, devices and what the path
+    /// takes (typed errors: [`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`],
+    /// [`Error::PathUnavailable`] for `NonFinitePolicy::Propagate`); under `Reject` runs the
+    /// `Exact` path's GPU non-finite scan first (it waits for the scan) and writes nothing if an
+    /// input is non-finite. Same bits as the host entry point ([`crate::Engine::run`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_device_tensorcore<T: Element + cudarc::driver::DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        self.inner
+            .check_device_args(stream, p, q, k, v, mask, out)?;
+        let tc = self.tensorcore()?;
+        tc.run_device(&self.inner.stream(), stream, p, q, k, v, mask, out, || {
+            self.inner.scan_nonfinite_device(stream, p, q, k, v)
+        })
     }
 
     /// Microseconds (CUDA events) of one launch of the `Exact` kernels on device-resident inputs:

@@ -1,5 +1,8 @@
 //! `detattn selftest`: every golden problem on every available backend, compared with the digests
-//! compiled into the binary (the same snapshot `cargo test` checks the CPU against).
+//! compiled into the binary (the same snapshot `cargo test` checks the CPU against). On a GPU the
+//! `TensorCore` path is checked too, separately: its golden problems (f16/bf16, head_dim 64, 128,
+//! 256) against the digests recorded for the GPU's architecture; where none are recorded, it says
+//! so and those runs are reported as not checked (not as passed).
 
 use crate::{Failure, print_json};
 use clap::Args;
@@ -51,7 +54,13 @@ pub(crate) struct SelftestArgs {
 /// The outcome of one case on one backend.
 enum Verdict {
     Ok,
-    Mismatch { expected: String, got: String },
+    /// Ran, but there is no recorded digest to compare with (TensorCore on an architecture
+    /// without a snapshot). Neither a pass nor a failure.
+    Unchecked(String),
+    Mismatch {
+        expected: String,
+        got: String,
+    },
     Error(String),
 }
 
@@ -74,11 +83,19 @@ impl BackendReport {
             .filter(|r| matches!(r.verdict, Verdict::Ok))
             .count()
     }
+    fn unchecked(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| matches!(r.verdict, Verdict::Unchecked(_)))
+            .count()
+    }
 }
 
 /// The backends to check, plus notes on what was not checked and why.
 struct Plan {
     engines: Vec<(String, Engine)>,
+    /// `TensorCore` engines of the GPUs checked, with their architecture.
+    tc_engines: Vec<(String, Engine, &'static str)>,
     notes: Vec<String>,
     /// A GPU that should have worked did not open: a failure, not a note.
     failures: Vec<String>,
@@ -88,6 +105,7 @@ struct Plan {
 fn plan(which: Which) -> Result<Plan, Failure> {
     let mut plan = Plan {
         engines: vec![],
+        tc_engines: vec![],
         notes: vec![],
         failures: vec![],
         gpus_checked: 0,
@@ -138,8 +156,18 @@ fn add_gpus(plan: &mut Plan, which: Which) -> Result<(), Failure> {
         }
         match Engine::new(Backend::Cuda(d.ordinal), Path::Exact) {
             Ok(e) => {
-                plan.engines.push((label, e));
+                plan.engines.push((label.clone(), e));
                 plan.gpus_checked += 1;
+                match Engine::new(Backend::Cuda(d.ordinal), Path::TensorCore) {
+                    Ok(t) => {
+                        let arch = t.cuda().map_or("unknown", |c| c.arch());
+                        plan.tc_engines.push((format!("{label} tc"), t, arch));
+                    }
+                    Err(e) => plan.failures.push(format!(
+                        "{label} {}: the tensorcore path could not be opened: {e}",
+                        d.name
+                    )),
+                }
             }
             Err(e) => plan
                 .failures
@@ -197,7 +225,8 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
         }
     };
     say(format!(
-        "detattn {} selftest: {n} golden problems, path exact",
+        "detattn {} selftest: {n} golden problems on the exact path (every backend), and on the \
+         tensorcore path those it takes (every GPU)",
         env!("CARGO_PKG_VERSION")
     ));
     for (label, e) in &plan.engines {
@@ -219,6 +248,7 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
             let r = check(case, engine, expected.get(case.name));
             let status = match &r.verdict {
                 Verdict::Ok => "OK".to_string(),
+                Verdict::Unchecked(_) => "UNCHECKED".to_string(),
                 Verdict::Mismatch { .. } => "MISMATCH".to_string(),
                 Verdict::Error(_) => "ERROR".to_string(),
             };
@@ -230,7 +260,7 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
                 w = n.to_string().len()
             ));
             match &r.verdict {
-                Verdict::Ok => {}
+                Verdict::Ok | Verdict::Unchecked(_) => {}
                 Verdict::Mismatch { expected, got } => {
                     say(format!("      expected {expected}"));
                     say(format!("      got      {got}"));
@@ -245,20 +275,29 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
             results,
         });
     }
+    tensorcore_reports(&plan, &cases, &say, &mut reports);
 
-    let failed: usize = reports.iter().map(|r| r.results.len() - r.passed()).sum();
+    let failed: usize = reports
+        .iter()
+        .map(|r| r.results.len() - r.passed() - r.unchecked())
+        .sum();
     let ok = failed == 0 && consistency.is_empty() && !reports.is_empty();
     if args.json {
         print_json(&json_report(&reports, &plan, &consistency, ok));
     } else {
         outln!("summary");
         for r in &reports {
+            let unchecked = match r.unchecked() {
+                0 => String::new(),
+                u => format!(", {u} NOT CHECKED (no digests recorded for this architecture)"),
+            };
             outln!(
-                "  {:<label_w$}  {}/{} OK  ({})",
+                "  {:<w$}  {}/{} OK{unchecked}  ({})",
                 r.label,
                 r.passed(),
                 r.results.len(),
-                r.description
+                r.description,
+                w = label_w + 3
             );
         }
         let gpus = if plan.gpus_checked == 0 {
@@ -320,6 +359,9 @@ fn json_report(
                 .iter()
                 .map(|c| match &c.verdict {
                     Verdict::Ok => json!({"case": c.name, "status": "ok", "seconds": c.seconds}),
+                    Verdict::Unchecked(got) => json!({
+                        "case": c.name, "status": "unchecked", "got": got, "seconds": c.seconds,
+                    }),
                     Verdict::Mismatch { expected, got } => json!({
                         "case": c.name, "status": "mismatch", "expected": expected, "got": got,
                         "seconds": c.seconds,
@@ -342,4 +384,84 @@ fn json_report(
         "notes": plan.notes,
         "failures": consistency,
     })
+}
+
+/// The `TensorCore` path of every GPU checked: its golden problems against the digests recorded
+/// for the GPU's architecture (reported as not checked where there are none).
+fn tensorcore_reports(
+    plan: &Plan,
+    cases: &[GoldenCase],
+    say: &dyn Fn(String),
+    reports: &mut Vec<BackendReport>,
+) {
+    #[cfg(feature = "cuda")]
+    for (label, engine, arch) in &plan.tc_engines {
+        use detattn::cuda;
+        let expected: Option<BTreeMap<String, String>> =
+            cuda::tensorcore_expected_digests(arch).map(|v| v.into_iter().collect());
+        let tc_cases: Vec<&GoldenCase> = cases
+            .iter()
+            .filter(|c| cuda::tensorcore_supports(c))
+            .collect();
+        say(format!(
+            "  tensorcore path on {label} ({arch}): {} golden problems (f16/bf16, head_dim 64/128/256); {}",
+            tc_cases.len(),
+            match &expected {
+                Some(e) => format!(
+                    "checked against the {} digests recorded for {arch}",
+                    e.len()
+                ),
+                None => format!(
+                    "NOT CHECKED: no tensorcore digests are recorded for {arch} (its bits are per \
+                     architecture); the digests computed are printed"
+                ),
+            }
+        ));
+        let n = tc_cases.len();
+        let mut results = vec![];
+        for (i, case) in tc_cases.into_iter().enumerate() {
+            let t = Instant::now();
+            let got = cuda::golden_digest(case, engine);
+            let seconds = t.elapsed().as_secs_f64();
+            let verdict = match (got, &expected) {
+                (Err(e), _) => Verdict::Error(e.to_string()),
+                (Ok(d), None) => Verdict::Unchecked(d.to_string()),
+                (Ok(d), Some(exp)) => match exp.get(case.name) {
+                    None => Verdict::Error("no tensorcore digest recorded for this case".into()),
+                    Some(want) if *want == d.to_string() => Verdict::Ok,
+                    Some(want) => Verdict::Mismatch {
+                        expected: want.clone(),
+                        got: d.to_string(),
+                    },
+                },
+            };
+            let status = match &verdict {
+                Verdict::Ok => "OK".to_string(),
+                Verdict::Unchecked(d) => format!("UNCHECKED {d}"),
+                Verdict::Mismatch { expected, got } => {
+                    format!("MISMATCH expected {expected} got {got}")
+                }
+                Verdict::Error(e) => format!("ERROR {e}"),
+            };
+            say(format!(
+                "[{:>w$}/{n}] {label}  {:<36}  {:>8.1} ms  {status}",
+                i + 1,
+                case.name,
+                seconds * 1e3,
+                w = n.to_string().len()
+            ));
+            results.push(CaseResult {
+                name: case.name,
+                verdict,
+                seconds,
+            });
+        }
+        reports.push(BackendReport {
+            label: label.clone(),
+            description: engine.describe(),
+            results,
+        });
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (plan, cases, say, reports);
 }

@@ -21,8 +21,8 @@ pub enum Path {
     /// run to run, whatever the batch around a problem, decode or prefill, the subset of query
     /// rows or the stream; relative L2 error against `Exact` ≤ 1e-2 (bf16) / 2e-3 (f16) on the
     /// tested problems. Not promised: the CPU's or `Exact`'s bits, the same bits on another
-    /// architecture (golden digests are recorded per architecture), finite output for bf16
-    /// inputs so large that a score overflows f32. On the CPU backend:
+    /// architecture (golden digests are recorded per architecture), finite output for inputs of
+    /// very large magnitude (docs/tensorcore.md, "Rust API"). On the CPU backend:
     /// [`Error::PathUnavailable`].
     TensorCore,
 }

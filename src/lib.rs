@@ -6,7 +6,7 @@
 //!
 //! ## What is promised
 //!
-//! On the [`Path::Exact`] path (the only one built so far):
+//! On the [`Path::Exact`] path:
 //!
 //! - **The bits are defined by a document.** `docs/numerics.md` fixes every operation and its
 //!   order; the CPU backend implements it and the CUDA backend mirrors it. Same inputs, same
@@ -25,6 +25,19 @@
 //!   backend: masked keys contribute zero by selection; only public data (shapes, key lengths, the
 //!   causal flag) decide what is skipped.
 //!
+//! On the [`Path::TensorCore`] path (CUDA only; f16/bf16, head_dim 64/128/256,
+//! [`NonFinitePolicy::Reject`]; `docs/tensorcore.md`):
+//!
+//! - **Bitwise reproducible on one GPU architecture**: same bits run to run (D1), whatever the
+//!   batch around a problem (D2), decode or prefill (D3), the subset of query rows (D4), the
+//!   stream (D5). Golden digests are recorded per architecture (`tests/snapshots/`).
+//! - **Bounded error, not the CPU's bits**: relative L2 error against `Exact` ≤ 1e-2 (bf16) and
+//!   ≤ 2e-3 (f16), measured on 300 random problems with values in [−2, 2); no NaN from such
+//!   inputs.
+//! - f32 inputs, other head dims and [`NonFinitePolicy::Propagate`] are typed errors
+//!   ([`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`], [`Error::PathUnavailable`]),
+//!   never a fallback.
+//!
 //! ## What is not promised
 //!
 //! - Equality with PyTorch or any other library: the results agree to rounding
@@ -32,7 +45,10 @@
 //! - Constant time against power, frequency or co-tenant cache contention (see
 //!   `docs/threat-model.md`). The CPU backend's constant-time property rests on the compiler not
 //!   turning bit selections into branches; the audit (`audit/`) checks the GPU machine code.
-//! - The `TensorCore` path does not exist yet; asking for it is an error, never a fallback.
+//! - On the `TensorCore` path: the CPU's or `Exact`'s bits, the same bits on another GPU
+//!   architecture, or finite output for inputs of very large magnitude (scores beyond about
+//!   2^31 in log2 units overflow the kernel's exponent: the golden cases `f16_near_max` and
+//!   `bf16_near_max` give non-finite outputs there; use `Exact` for such inputs).
 //!
 //! ## Example
 //!

@@ -540,7 +540,7 @@ fn golden_digests_per_architecture() {
             if nonfinite > 0 {
                 loud(&format!(
                     "note: golden case {} gives {nonfinite} non-finite outputs on the tensorcore \
-                     path (scores overflow f32 for inputs this large, docs/tensorcore.md)",
+                     path (very large scores; docs/tensorcore.md, \"Rust API\")",
                     case.name
                 ));
             }

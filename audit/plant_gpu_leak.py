@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Build a LEAKY copy of the CUDA Exact kernel, to show that the checks can see a leak (docs/audit.md).
+
+    python3 audit/plant_gpu_leak.py [--out DIR]      default DIR: .carry/cubin-leaky (git-ignored)
+
+It copies kernels/exact.cu, plants two data-dependent shortcuts that leave every output bit as it
+was, compiles the copy for sm_90 with the pinned NVRTC and the shipped options, and writes
+DIR/exact.sm_90.cubin with a manifest.json in the format the crate's test override reads
+(`DETATTN_TEST_CUBIN_DIR=DIR`). The shortcuts:
+
+- skip the rescale `acc *= alpha` when the running maximum did not move (alpha == 1), the classic
+  "optimisation" DESIGN.md §5 forbids;
+- skip a group of four keys' multiply-adds in P·V when their weights are all zero (masked keys).
+
+Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda` must report the leak
+(|t| > 10), and here `python3 audit/sass_audit.py --listing ...` must flag the planted branches.
+Nothing it writes is shipped: the crate embeds kernels/cubin/ only.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "kernels"))
+import build  # noqa: E402  (kernels/build.py: the pinned NVRTC and its options)
+
+# (what the shipped source says, what the leaky copy says instead). Each must match exactly once.
+PLANTS = [
+    (
+        "for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);",
+        "if (alpha != 1.0f) for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);"
+        "  // PLANTED LEAK",
+    ),
+    (
+        "for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + 16 * k) * S::PS + j);",
+        "for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + 16 * k) * S::PS + j);"
+        " if (p4[0].x == 0.0f && p4[0].y == 0.0f && p4[0].z == 0.0f && p4[0].w == 0.0f) continue;"
+        "  // PLANTED LEAK",
+    ),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=".carry/cubin-leaky")
+    args = ap.parse_args()
+    out = Path(os.getcwd(), args.out)
+    os.chdir(ROOT)
+    src = Path("kernels/exact.cu").read_text()
+    for old, new in PLANTS:
+        n = src.count(old)
+        if n != 1:
+            sys.exit(f"plant_gpu_leak: expected the line once in kernels/exact.cu, found it {n} times:\n  {old}\n"
+                     "(the kernel changed: update PLANTS)")
+        src = src.replace(old, new)
+    build.ensure_toolchain()
+    nvrtc = build.Nvrtc()
+    # The same program name and options as the shipped build, so only the planted lines differ.
+    cubin, log = nvrtc.compile(src.encode(), "kernels/exact.cu", build.nvrtc_options("sm_90"))
+    if cubin is None:
+        sys.exit(f"plant_gpu_leak: NVRTC failed:\n{log}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "exact.sm_90.cubin").write_bytes(cubin)
+    sha = hashlib.sha256(cubin).hexdigest()
+    (out / "manifest.json").write_text(json.dumps([{"file": "exact.sm_90.cubin", "arch": "sm_90", "sha256": sha,
+                                                    "size": len(cubin), "note": "PLANTED LEAK, never shipped"}],
+                                                  indent=2) + "\n")
+    (out / "exact.sm_90.sass").write_text(build.compact_sass(build.cuobjdump("-sass", out / "exact.sm_90.cubin")))
+    print(f"plant_gpu_leak: {len(PLANTS)} shortcuts planted; {out / 'exact.sm_90.cubin'} sha256 {sha}")
+
+
+if __name__ == "__main__":
+    main()

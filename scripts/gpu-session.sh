@@ -44,11 +44,17 @@ for s in "${STAGES[@]}"; do
       small=(--batch 2 --q-heads 4 --kv-heads 2 --q-len 37 --kv-len 70 --head-dim 64 --dtype bf16 --causal --mask full --kv-lens 70,33 --nonfinite propagate)
       large=(--batch 1 --q-heads 8 --kv-heads 8 --q-len 1024 --kv-len 1024 --head-dim 128 --dtype f32)
       bigd=(--batch 1 --q-heads 1 --kv-heads 1 --q-len 5 --kv-len 70 --head-dim 1000 --dtype f16)
+      d256=(--batch 1 --q-heads 2 --kv-heads 1 --q-len 70 --kv-len 130 --head-dim 200 --dtype f32 --mask shared)
       for tool in memcheck racecheck initcheck synccheck; do
-        for p in small large bigd; do
+        for p in small large bigd d256; do
           declare -n args=$p
           stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda "${args[@]}"
         done
+        # The device entry point: the GPU non-finite scan (Reject) and the typed errors.
+        stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 .carry/tests/cuda_exact \
+          device_entry_rejects_nonfinite_and_bad_arguments_without_writing --test-threads 1
+        # Every TensorCore kernel (prefill and decode, d64/128/256, f16/bf16), small ragged problems.
+        stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 scripts/tc_sanitize.py
       done
       grep -h "ERROR SUMMARY" "$OUT/sanitize.log" | sort | uniq -c ;;
     d7)
@@ -58,7 +64,11 @@ for s in "${STAGES[@]}"; do
     quickbench)
       stage quickbench 300 python3 scripts/gpu_compare.py "$BIN" "$OUT/compare.json" --quick ;;
     dudect)
-      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --json ;;
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000
+      # The planted leak (audit/plant_gpu_leak.py, built here into .carry/cubin-leaky): must be seen.
+      if [ -d .carry/cubin-leaky ]; then
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --expect-leak
+      fi ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done

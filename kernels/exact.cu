@@ -325,24 +325,25 @@ __device__ void exact_fast(const Params& P) {
         *reinterpret_cast<float4*>(Qs + row * S::QS + c4 * 4) = x;
     }
 
-    int sqr[RM], lim[RM], irow[RM];
-    const unsigned char* mrow[RM];
+    // Row indices and key limits are recomputed where needed (cheap integer work, general tiles
+    // and the epilogue only) rather than held in registers across the tile loop.
+    int sqr[RM];
     float m[RM];
     unsigned badr[RM];
     float acc[RM][NC * 4];
 #pragma unroll
     for (int k = 0; k < RM; ++k) {
-        irow[k] = i0 + ty + 16 * k;
-        int ic = min(irow[k], P.Sq - 1);
+        const int ic = min(i0 + ty + 16 * k, P.Sq - 1);
         sqr[k] = P.sq[qrow0 + ic];
-        lim[k] = key_limit(P, L, ic);
-        mrow[k] = mask_row(P, b, h, ic);
         m[k] = -DA_FLT_MAX;
         badr[k] = 0u;
 #pragma unroll
         for (int c = 0; c < NC * 4; ++c) acc[k][c] = 0.0f;
     }
     float lval = 0.0f;  // the l chain of row `tid` (tid < BM)
+    // Tiles 0..nfull-1 are valid for every row of the block by position (the block's first row
+    // sees the fewest keys) and there is no mask: public facts, so branching on them is allowed.
+    const int nfull = P.has_mask ? 0 : key_limit(P, L, i0) / TILE;
 
     const long long kv0 = (long long)bhkv * P.skv_pad;
     // Separate K and V buffers: a two-stage pipeline. K of tile t+1 (with its shifts and bad
@@ -402,35 +403,67 @@ __device__ void exact_fast(const Params& P) {
         }
 
         // §4: finish scores, select by validity, tile max, weights.
+        // Two copies of the same operations: a tile whose 64 keys are all valid for every row of
+        // the block (by position, and no mask: public launch facts) needs no validity selection,
+        // and its bad flags are the same for every row; any other tile takes the general copy. The
+        // selections the full copy leaves out are identities there (sel(true, x, _) = x,
+        // e & ~0 = e), so the bits are those of the general copy.
+        // (A lambda called with a constant: inlined at both calls, each copy folds FULL away.)
+        auto softmax = [&](const bool FULL) {
+            if (FULL) {
+                // Every key of the tile is valid for every row: one OR of the four keys' flags,
+                // then the same word into each row's flags (OR is exact and order-free).
+                unsigned bt = 0u;
 #pragma unroll
-        for (int k = 0; k < RM; ++k) {
-            float xm[4];
-            unsigned vm[4];
-            float mt = -DA_FLT_MAX;
+                for (int c = 0; c < 4; ++c) bt |= badS[tx + 16 * c] | badvS[tx + 16 * c];
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int jt = tx + 16 * c, j = j0 + jt;
-                float x = score_finish(s[k][c], P.scale, sqr[k], skS[jt]);
-                vm[c] = mask_of(j < lim[k]) & mask_val(P, mrow[k], j);
-                xm[c] = sel(vm[c] != 0u, x, -DA_FLT_MAX);
-                mt = fmaxf(mt, xm[c]);
-                badr[k] |= vm[c] & (badS[jt] | badvS[jt]);
+                for (int k = 0; k < RM; ++k) badr[k] |= bt;
             }
-            // max over the 16 lanes sharing the row: exact, so every lane gets the same value.
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
-            const float mnew = __fadd_rn(fmaxf(m[k], mt), 0.0f);
-            const float alpha = detattn::exp(clamp_z(__fsub_rn(m[k], mnew)));
-            float* prow = Ps + (ty + 16 * k) * S::PS;
+            for (int k = 0; k < RM; ++k) {
+                // The mask row, recomputed here (general tiles only) rather than kept in
+                // registers across the tile loop: exact64 has none to spare.
+                const int ic = min(i0 + ty + 16 * k, P.Sq - 1);
+                const unsigned char* mrow = FULL ? nullptr : mask_row(P, b, h, ic);
+                const int lim = FULL ? 0 : key_limit(P, L, ic);
+                float xm[4];
+                unsigned vm[4];
+                float mt = -DA_FLT_MAX;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm[c], mnew))), DA_W);
-                prow[tx + 16 * c] = __uint_as_float(__float_as_uint(e) & vm[c]);
+                for (int c = 0; c < 4; ++c) {
+                    const int jt = tx + 16 * c, j = j0 + jt;
+                    const float x = score_finish(s[k][c], P.scale, sqr[k], skS[jt]);
+                    if (FULL) {
+                        xm[c] = x;
+                    } else {
+                        vm[c] = mask_of(j < lim) & mask_val(P, mrow, j);
+                        xm[c] = sel(vm[c] != 0u, x, -DA_FLT_MAX);
+                        badr[k] |= vm[c] & (badS[jt] | badvS[jt]);
+                    }
+                    mt = fmaxf(mt, xm[c]);
+                }
+                // max over the 16 lanes sharing the row: exact, so every lane gets the same value.
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
+                const float mnew = __fadd_rn(fmaxf(m[k], mt), 0.0f);
+                const float alpha = detattn::exp(clamp_z(__fsub_rn(m[k], mnew)));
+                float* prow = Ps + (ty + 16 * k) * S::PS;
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm[c], mnew))), DA_W);
+                    if (!FULL) e = __uint_as_float(__float_as_uint(e) & vm[c]);
+                    prow[tx + 16 * c] = e;
+                }
+                if (tx == 0) As[ty + 16 * k] = alpha;
+                m[k] = mnew;
+#pragma unroll
+                for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
             }
-            if (tx == 0) As[ty + 16 * k] = alpha;
-            m[k] = mnew;
-#pragma unroll
-            for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
+        };
+        if (t < nfull) {
+            softmax(true);
+        } else {
+            softmax(false);
         }
         if (KV_SHARED) {
             __syncthreads();
@@ -488,7 +521,9 @@ __device__ void exact_fast(const Params& P) {
     }
 
     // §5, §7.
-    if (tid < BM) Ls[tid] = lval;
+    // (opaque: the address is formed here, not hoisted above the tile loop, where exact64 would
+    // have to spill it.)
+    if (tid < BM) (sm + S::L_OFF)[opaque((unsigned)tid)] = lval;
     __syncthreads();
     typename E::T* out = (typename E::T*)P.out;
     const float maxt = E::maxt();
@@ -497,8 +532,9 @@ __device__ void exact_fast(const Params& P) {
         unsigned bad = badr[k];
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
-        if (irow[k] >= P.Sq) continue;  // padding rows of the last block: position only
-        const long long orow = qrow0 + irow[k];
+        const int irow = i0 + ty + 16 * k;
+        if (irow >= P.Sq) continue;  // padding rows of the last block: position only
+        const long long orow = qrow0 + irow;
         const bool poisoned = (P.propagate != 0) & ((bad | P.badq[orow]) != 0u);
         const float ls = l_safe(Ls[ty + 16 * k]);
         const float rl = recip(ls);

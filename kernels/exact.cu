@@ -407,25 +407,57 @@ __device__ void exact_fast(const Params& P) {
         // the block (by position, and no mask: public launch facts) needs no validity selection,
         // and its bad flags are the same for every row; any other tile takes the general copy. The
         // selections the full copy leaves out are identities there (sel(true, x, _) = x,
-        // e & ~0 = e), so the bits are those of the general copy.
-        // (A lambda called with a constant: inlined at both calls, each copy folds FULL away.)
-        auto softmax = [&](const bool FULL) {
-            if (FULL) {
-                // Every key of the tile is valid for every row: one OR of the four keys' flags,
-                // then the same word into each row's flags (OR is exact and order-free).
-                unsigned bt = 0u;
+        // e & ~0 = e), so the bits are those of the general copy. The full copy also runs its
+        // RM rows phase by phase (all finishes, then the RM shuffle reductions interleaved, then
+        // the weights), so that the rows' dependency chains overlap; every value still goes
+        // through exactly the operations of the general copy.
+        if (t < nfull) {
+            // Every key of the tile is valid for every row: one OR of the four keys' flags,
+            // then the same word into each row's flags (OR is exact and order-free).
+            unsigned bt = 0u;
+            int skc[4];
 #pragma unroll
-                for (int c = 0; c < 4; ++c) bt |= badS[tx + 16 * c] | badvS[tx + 16 * c];
-#pragma unroll
-                for (int k = 0; k < RM; ++k) badr[k] |= bt;
+            for (int c = 0; c < 4; ++c) {
+                bt |= badS[tx + 16 * c] | badvS[tx + 16 * c];
+                skc[c] = skS[tx + 16 * c];
             }
+            float mt[RM];
 #pragma unroll
             for (int k = 0; k < RM; ++k) {
-                // The mask row, recomputed here (general tiles only) rather than kept in
-                // registers across the tile loop: exact64 has none to spare.
+                badr[k] |= bt;
+                mt[k] = -DA_FLT_MAX;
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    s[k][c] = score_finish(s[k][c], P.scale, sqr[k], skc[c]);  // xm = x here
+                    mt[k] = fmaxf(mt[k], s[k][c]);
+                }
+            }
+            // max over the 16 lanes sharing each row: exact, so every lane gets the same value.
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1)
+#pragma unroll
+                for (int k = 0; k < RM; ++k) mt[k] = fmaxf(mt[k], __shfl_xor_sync(0xFFFFFFFFu, mt[k], o));
+#pragma unroll
+            for (int k = 0; k < RM; ++k) {
+                const float mnew = __fadd_rn(fmaxf(m[k], mt[k]), 0.0f);
+                const float alpha = detattn::exp(clamp_z(__fsub_rn(m[k], mnew)));
+                float* prow = Ps + (ty + 16 * k) * S::PS;
+#pragma unroll
+                for (int c = 0; c < 4; ++c)
+                    prow[tx + 16 * c] = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(s[k][c], mnew))), DA_W);
+                if (tx == 0) As[ty + 16 * k] = alpha;
+                m[k] = mnew;
+#pragma unroll
+                for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < RM; ++k) {
+                // The mask row and key limit, recomputed here (general tiles only) rather than
+                // kept in registers across the tile loop: exact64 has none to spare.
                 const int ic = min(i0 + ty + 16 * k, P.Sq - 1);
-                const unsigned char* mrow = FULL ? nullptr : mask_row(P, b, h, ic);
-                const int lim = FULL ? 0 : key_limit(P, L, ic);
+                const unsigned char* mrow = mask_row(P, b, h, ic);
+                const int lim = key_limit(P, L, ic);
                 float xm[4];
                 unsigned vm[4];
                 float mt = -DA_FLT_MAX;
@@ -433,13 +465,9 @@ __device__ void exact_fast(const Params& P) {
                 for (int c = 0; c < 4; ++c) {
                     const int jt = tx + 16 * c, j = j0 + jt;
                     const float x = score_finish(s[k][c], P.scale, sqr[k], skS[jt]);
-                    if (FULL) {
-                        xm[c] = x;
-                    } else {
-                        vm[c] = mask_of(j < lim) & mask_val(P, mrow, j);
-                        xm[c] = sel(vm[c] != 0u, x, -DA_FLT_MAX);
-                        badr[k] |= vm[c] & (badS[jt] | badvS[jt]);
-                    }
+                    vm[c] = mask_of(j < lim) & mask_val(P, mrow, j);
+                    xm[c] = sel(vm[c] != 0u, x, -DA_FLT_MAX);
+                    badr[k] |= vm[c] & (badS[jt] | badvS[jt]);
                     mt = fmaxf(mt, xm[c]);
                 }
                 // max over the 16 lanes sharing the row: exact, so every lane gets the same value.
@@ -451,19 +479,13 @@ __device__ void exact_fast(const Params& P) {
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
                     float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm[c], mnew))), DA_W);
-                    if (!FULL) e = __uint_as_float(__float_as_uint(e) & vm[c]);
-                    prow[tx + 16 * c] = e;
+                    prow[tx + 16 * c] = __uint_as_float(__float_as_uint(e) & vm[c]);
                 }
                 if (tx == 0) As[ty + 16 * k] = alpha;
                 m[k] = mnew;
 #pragma unroll
                 for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
             }
-        };
-        if (t < nfull) {
-            softmax(true);
-        } else {
-            softmax(false);
         }
         if (KV_SHARED) {
             __syncthreads();

@@ -512,7 +512,9 @@ __device__ void exact_fast(const Params& P) {
                 lval = __fadd_rn(lval, p4.w);
             }
         }
-#pragma unroll 1
+        // Unrolled by two: the next step's weight and value loads are issued while this step's
+        // FMAs run (the FMAs and their order per accumulator are the same as without unrolling).
+#pragma unroll 2
         for (int j = 0; j < TILE; j += 4) {
             float4 p4[RM];
 #pragma unroll

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "kernels"))
 import build  # noqa: E402  (kernels/build.py: the pinned NVRTC and its options)
 
-# (what the shipped source says, what the leaky copy says instead). Each must match exactly once.
+# (what the shipped source says, what the leaky copy says instead). Each must match at least once;
+# every occurrence is replaced (the kernel has a full-tile and a partial-tile copy of some steps).
 PLANTS = [
     (
         "for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);",
@@ -52,10 +53,11 @@ def main():
     src = Path("kernels/exact.cu").read_text()
     for old, new in PLANTS:
         n = src.count(old)
-        if n != 1:
-            sys.exit(f"plant_gpu_leak: expected the line once in kernels/exact.cu, found it {n} times:\n  {old}\n"
+        if n == 0:
+            sys.exit(f"plant_gpu_leak: the line is not in kernels/exact.cu:\n  {old}\n"
                      "(the kernel changed: update PLANTS)")
         src = src.replace(old, new)
+        print(f"plant_gpu_leak: planted at {n} place(s): {new.split('//')[0].strip()[:70]}...")
     build.ensure_toolchain()
     nvrtc = build.Nvrtc()
     # The same program name and options as the shipped build, so only the planted lines differ.

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 rm -rf .carry/bin .carry/tests
 mkdir -p .carry/bin .carry/tests
 cargo build --release --bins
-cp target/release/detattn .carry/bin/
+cp target/release/detattn target/release/detattn-dudect .carry/bin/
 # `cargo test --no-run` prints the path of every test executable it built.
 cargo test --release --no-run --message-format=json 2>/dev/null \
   | python3 -c '

@@ -52,11 +52,28 @@ impl Isa {
     }
 }
 
+impl Isa {
+    /// The widest variant this CPU can run: the one [`run_item`] uses.
+    pub(crate) fn best() -> Isa {
+        *Isa::available().last().unwrap_or(&Isa::Portable)
+    }
+
+    /// A short name (`portable`, `avx2+fma`, `avx512`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => "avx2+fma",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => "avx512",
+        }
+    }
+}
+
 /// Run one item with the widest instruction set this CPU has.
 pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
     // Feature detection is cached by std; this is a few loads per item.
-    let isa = *Isa::available().last().unwrap_or(&Isa::Portable);
-    run_item_with(isa, item, q, out);
+    run_item_with(Isa::best(), item, q, out);
 }
 
 /// Run one item with `isa`, which must be one of [`Isa::available`].

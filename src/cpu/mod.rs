@@ -66,6 +66,12 @@ impl CpuBackend {
     }
 }
 
+/// The instruction set the CPU kernel uses on this machine (`portable`, `avx2+fma`, `avx512`).
+/// Every variant computes the same bits (a unit test holds them equal); only the speed differs.
+pub fn instruction_set() -> &'static str {
+    kernel::Isa::best().name()
+}
+
 /// Under `Reject`: read every element of q, k and v, then decide once (numerics.md §7).
 pub(crate) fn reject_nonfinite<T: Element>(q: &[T], k: &[T], v: &[T]) -> Result<()> {
     let scan = |xs: &[T]| -> u32 {

@@ -101,17 +101,8 @@ fn cpu_info() -> Value {
     json!({
         "model": model,
         "threads": rayon::current_num_threads(),
-        "kernel": cpu_kernel(),
+        "kernel": detattn::cpu::instruction_set(),
     })
-}
-
-/// Which instruction set the CPU kernel runs with here (the bits are the same either way).
-fn cpu_kernel() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        return "avx2+fma";
-    }
-    "portable"
 }
 
 #[cfg(feature = "cuda")]

@@ -43,8 +43,10 @@
 //! - Equality with PyTorch or any other library: the results agree to rounding
 //!   (`docs/numerics.md` §9 gives the bound against an f64 reference), not bit for bit.
 //! - Constant time against power, frequency or co-tenant cache contention (see
-//!   `docs/threat-model.md`). The CPU backend's constant-time property rests on the compiler not
-//!   turning bit selections into branches; the audit (`audit/`) checks the GPU machine code.
+//!   `docs/threat-model.md`). On the CPU, constant time rests on the compiler and the processor:
+//!   the masks are hidden from the optimiser and products that can be subnormal are computed as
+//!   fmas (some x86 cores take longer for a subnormal multiply), and the dudect timing test is the
+//!   check, run per machine (`docs/audit.md`); the SASS audit checks the GPU machine code.
 //! - On the `TensorCore` path: the CPU's or `Exact`'s bits, the same bits on another GPU
 //!   architecture, or finite output for inputs of very large magnitude (scores beyond about
 //!   2^31 in log2 units overflow the kernel's exponent: the golden cases `f16_near_max` and

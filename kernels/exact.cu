@@ -1,12 +1,14 @@
 // The `Exact` attention kernels (docs/numerics.md), bit-identical to the CPU reference
 // (src/cpu/prepare.rs, src/cpu/kernel.rs). Four kinds of kernel, all launched by src/cuda/:
 //
-//   detattn_prepare_<dt>      §2: one warp per row of Q, K or V: sanitise, per-row power-of-two
-//                             shift, scaled f32 copy (row stride DP, zero-padded), bad flag.
+//   detattn_prepare_<dt>      §2: one warp per row of Q, K or V (one launch for several tensors,
+//                             blockIdx.z picks the tensor): sanitise, per-row power-of-two shift,
+//                             scaled f32 copy (row stride DP, zero-padded), bad flag.
 //   detattn_reject_flags      §7 Reject on the device: OR of the three bad-flag arrays, fixed order,
 //                             no atomics (one block; the host reads three words and decides once).
 //   detattn_exact<DP>_<dt>    §3-§5, §7 for head_dim <= DP (DP = 64, 128, 256): a block owns BM
-//                             query rows of one (b, h); K/V tiles of 64 keys are staged in shared
+//                             query rows of one (b, h) and prepares them itself (§2, the same
+//                             operations as prepare); K/V tiles of 64 keys are staged in shared
 //                             memory and reused by every row of the block; each thread runs a
 //                             micro-tile of score chains side by side, each chain sequential in d.
 //   detattn_exact_generic_<dt> the same contract for any head_dim (up to 8192): one block of 64
@@ -42,18 +44,14 @@ struct Params {
     unsigned* badv;         // [B*Hkv*SkvPad]
     unsigned* flags;        // [3] reject flags (q, k, v)
     float* acc;             // generic path scratch [B*Hq*Sq, DP]
-    // prepare: which tensor this launch prepares
-    const void* src;        // input rows
-    float* dst;             // prepared rows
-    int* shift;             // row shifts
-    unsigned* bad;          // row bad flags
     int B, Hq, Hkv, Sq, Skv, D;
     int DP;                 // prepared row stride (>= D, multiple of 4)
     int skv_pad;            // Skv rounded up to a multiple of 64
     int causal, has_mask, mask_per_batch, mask_per_head, propagate;
     float scale;
-    // prepare: rows of output, rows per head in the source and in the output, whether to scale
-    int prep_head0, prep_src_rows, prep_dst_rows, prep_scale;
+    // prepare: first head of this launch (the host splits huge grids); prep_job0 = 0: blockIdx.z
+    // = 0 prepares Q and z = 1 K and V, else z = 0 prepares K and V
+    int prep_head0, prep_job0;
     int group;              // Hq / Hkv
     int bh0;                // first (b*Hq + h) of this launch (the host splits huge grids)
 };
@@ -141,29 +139,31 @@ __device__ __forceinline__ const unsigned char* mask_row(const Params& P, int b,
     return P.mask + (((long long)bi * hm + hi) * P.Sq + i) * (long long)P.Skv;
 }
 // All ones where the mask says "attend" (or there is no mask), else zero.
+// The address is formed unconditionally and passed through an empty asm: left to itself the
+// compiler computes it under the has_mask predicate into registers that, when the predicate is
+// false, still hold score values, and the audit's taint pass (which does not pair a predicated
+// load with the predicated writes of its address) then sees a secret-dependent address.
 __device__ __forceinline__ unsigned mask_val(const Params& P, const unsigned char* row, int j) {
+    const unsigned char* a = row + min(j, P.Skv - 1);
+    asm volatile("" : "+l"(a));
     if (!P.has_mask) return 0xFFFFFFFFu;
-    return mask_of(row[min(j, P.Skv - 1)] != 0);  // a compare and a select, not a branch
+    // __ldg: a global load (the asm hid the address space); the mask is read-only here.
+    return mask_of(__ldg(a) != 0);  // a compare and a select, not a branch
 }
 
 // ------------------------------------------------------------------------------ §2 prepare
 
-// One warp per output row. Row r of the output is row j = r % prep_dst_rows of head
-// r / prep_dst_rows; rows with j >= prep_src_rows (padding past Skv) are written as zeros with
-// shift 0 and no bad flag. Columns D..DP-1 are zero.
+// The §2 preparation of one row, by one warp: sanitise, bad flag, row shift (when `scale`), and
+// the prepared copy (columns D..DP-1 zero). `exists` false (padding rows past Skv): zeros, shift
+// 0, no bad flag. Shared by the prepare kernel and the fast kernel's query rows, so that both
+// produce the same bits by construction.
 template <class E>
-__device__ void prepare(const Params& P) {
+__device__ __forceinline__ void prepare_row(const typename E::T* src, bool exists, int D, int DP, bool scale,
+                                            float* dst, int* shift_out, unsigned* bad_out) {
     const int lane = threadIdx.x & 31;
-    // Grid: x covers the rows of one head (8 per block), y the heads (chunked by the host).
-    const int j = (int)(blockIdx.x * (blockDim.x / 32) + (threadIdx.x / 32));
-    if (j >= P.prep_dst_rows) return;  // positional; a warp shares j, so it leaves whole
-    const long long head = (long long)blockIdx.y + P.prep_head0;
-    const long long r = head * P.prep_dst_rows + j;
-    const bool exists = j < P.prep_src_rows;
-    const typename E::T* src = (const typename E::T*)P.src + (head * P.prep_src_rows + j) * (long long)P.D;
     unsigned bad = 0, emax = 0;
     if (exists) {
-        for (int d = lane; d < P.D; d += 32) {
+        for (int d = lane; d < D; d += 32) {
             float x = E::load(src, d);
             bad |= nonfinite_mask(x);
             emax = max(emax, expfield(sanitize(x)));
@@ -174,17 +174,99 @@ __device__ void prepare(const Params& P) {
         bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
         emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
     }
-    const int shift = P.prep_scale ? row_shift(emax) : 0;
+    const int shift = scale ? row_shift(emax) : 0;
     const float f = pow2(shift);
-    float* dst = P.dst + r * P.DP;
-    for (int d = lane; d < P.DP; d += 32) {
+    for (int d = lane; d < DP; d += 32) {
         float x = 0.0f;
-        if (exists && d < P.D) x = sanitize(E::load(src, d));
-        dst[d] = P.prep_scale ? __fmul_rn(x, f) : x;  // §2.5: one multiply per element
+        if (exists && d < D) x = sanitize(E::load(src, d));
+        dst[d] = scale ? __fmul_rn(x, f) : x;  // §2.5: one multiply per element
     }
     if (lane == 0) {
-        P.shift[r] = shift;
-        P.bad[r] = bad != 0 ? 1u : 0u;
+        if (shift_out) *shift_out = shift;
+        *bad_out = bad != 0 ? 1u : 0u;
+    }
+}
+
+// prepare_row for a K row and a V row at once, for DP = 32 * EPL: each lane loads its EPL
+// elements of both rows first (the loads overlap), then the same operations as prepare_row.
+template <class E, int EPL>
+__device__ __forceinline__ void prepare_kv_regs(const Params& P, const typename E::T* k, const typename E::T* v,
+                                                bool exists, long long r) {
+    const int lane = threadIdx.x & 31;
+    float xk[EPL], xv[EPL];
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+        const int d = lane + 32 * e;
+        const bool in = exists && d < P.D;  // position only
+        xk[e] = in ? E::load(k, d) : 0.0f;
+        xv[e] = in ? E::load(v, d) : 0.0f;
+    }
+    unsigned badk = 0, badv = 0, emax = 0;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+        badk |= nonfinite_mask(xk[e]);
+        badv |= nonfinite_mask(xv[e]);
+        xk[e] = sanitize(xk[e]);
+        xv[e] = sanitize(xv[e]);
+        emax = max(emax, expfield(xk[e]));
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        badk |= __shfl_xor_sync(0xFFFFFFFFu, badk, o);
+        badv |= __shfl_xor_sync(0xFFFFFFFFu, badv, o);
+        emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
+    }
+    const int shift = row_shift(emax);
+    const float f = pow2(shift);
+    float* dk = P.kp + r * P.DP;
+    float* dv = P.vp + r * P.DP;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+        dk[lane + 32 * e] = __fmul_rn(xk[e], f);  // §2.5: one multiply per element
+        dv[lane + 32 * e] = xv[e];                 // V: sanitised only
+    }
+    if (lane == 0) {
+        P.sk[r] = shift;
+        P.badk[r] = badk != 0 ? 1u : 0u;
+        P.badv[r] = badv != 0 ? 1u : 0u;
+    }
+}
+
+// One warp per row. blockIdx.z = 0 with prep_job0 = 0: rows of Q; otherwise key rows: the warp
+// prepares row j of K (scaled) and row j of V (sanitised, §2: no shift), padded to skv_pad rows
+// per head (padding rows: zeros, shift 0, no bad flag). So one launch prepares K and V, or Q, K
+// and V (when the generic kernel reads Q or the device scan needs its flags). Each case names its
+// buffers directly: choosing pointers by an index would compile to a constant-bank load at a
+// computed offset, which the audit cannot tell apart from a load of the public kv_lens. Blocks
+// past a tensor's rows or heads leave at once (positions only).
+template <class E>
+__device__ void prepare(const Params& P) {
+    typedef typename E::T T;
+    const bool is_q = P.prep_job0 == 0 && blockIdx.z == 0;  // uniform per block: public
+    const int j = (int)(blockIdx.x * (blockDim.x / 32) + (threadIdx.x / 32));
+    const long long head = (long long)blockIdx.y + P.prep_head0;
+    if (is_q) {
+        if (j >= P.Sq || head >= (long long)P.B * P.Hq) return;  // a warp shares j: it leaves whole
+        const long long r = head * P.Sq + j;
+        prepare_row<E>((const T*)P.q + r * P.D, true, P.D, P.DP, true, P.qp + r * P.DP, P.sq + r, P.badq + r);
+    } else {
+        if (j >= P.skv_pad || head >= (long long)P.B * P.Hkv) return;
+        const long long r = head * P.skv_pad + j;
+        const bool exists = j < P.Skv;
+        const long long src = (head * P.Skv + (exists ? j : 0)) * (long long)P.D;
+        const T* k = (const T*)P.k + src;
+        const T* v = (const T*)P.v + src;
+        // DP is public: the fast kernels' row widths hold a row in registers, so both rows' loads
+        // are in flight at once; wider rows (the generic kernel) take the looping form.
+        if (P.DP == 64) {
+            prepare_kv_regs<E, 2>(P, k, v, exists, r);
+        } else if (P.DP == 128) {
+            prepare_kv_regs<E, 4>(P, k, v, exists, r);
+        } else if (P.DP == 256) {
+            prepare_kv_regs<E, 8>(P, k, v, exists, r);
+        } else {
+            prepare_row<E>(k, exists, P.D, P.DP, true, P.kp + r * P.DP, P.sk + r, P.badk + r);
+            prepare_row<E>(v, exists, P.D, P.DP, false, P.vp + r * P.DP, nullptr, P.badv + r);
+        }
     }
 }
 
@@ -220,13 +302,17 @@ extern "C" __global__ void __launch_bounds__(1024) detattn_reject_flags(const Pa
 
 // ------------------------------------------------------------------------------ §3-§5 fast path
 
-// Threads: 256 = 16 row groups (ty) x 16 key/column lanes (tx); tx is the low 4 bits of the lane.
-// Scores: thread (ty, tx) owns rows ty + 16k (k < RM = BM/16) and keys tx + 16c (c < 4) of the
-// tile: RM*4 chains side by side, each sequential in d (§3).
+// Threads: NT = 16 key/column lanes (tx, the low 4 bits of the thread index) x NT/16 row lanes
+// (ty). Scores: thread (ty, tx) owns rows ty + RS*k (RS = NT/16, k < RM = BM/RS) and keys
+// tx + 16c (c < 4) of the tile: RM*4 chains side by side, each sequential in d (§3).
 // Values: the same thread owns the same rows and columns 64c + 4tx + e (c < DP/64, e < 4); so the
 // row's softmax state (m, alpha, bad) lives in the registers of the threads that need it.
-// l (§4): one sequential chain per row, run by lane `row` of warps 0..BM/32 (thread index == row).
-constexpr int NT = 256;
+// l (§4): one sequential chain per row, run by thread `row` (thread index == row, row < BM).
+// Why these shapes: a 16-byte shared load costs a warp four wavefronts whatever its broadcast, and
+// the SM serves one wavefront per clock against four warp FMAs, so the kernel is bound by the words
+// each thread loads per FMA, (RM + 4)/(4 RM) for the scores and (RM + 4 NC)/(4 RM NC) for the
+// values: many rows per thread (Nsight Compute on the 256-thread, 4-row layout: L1 wavefronts 83%
+// busy, FMA pipe 50%). The instantiations below choose BM and NT per head dim.
 
 template <int DP, int BM, bool KV_SHARED>
 struct Smem {
@@ -242,7 +328,9 @@ struct Smem {
     static constexpr int SK_OFF = L_OFF + BM;
     static constexpr int BAD_OFF = SK_OFF + TILE;   // bad flags of the tile's K rows
     static constexpr int BADV_OFF = BAD_OFF + TILE; // and of its V rows
-    static constexpr int FLOATS = BADV_OFF + TILE;
+    static constexpr int SQ_OFF = BADV_OFF + TILE;  // row shifts of the block's query rows
+    static constexpr int BADQ_OFF = SQ_OFF + BM;    // and their bad flags
+    static constexpr int FLOATS = BADQ_OFF + BM;
     static constexpr int BYTES = FLOATS * 4;
 };
 
@@ -263,7 +351,7 @@ __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-template <int DP, int QS>
+template <int DP, int QS, int NT>
 __device__ __forceinline__ void copy_rows_async(float* s, const float* g, int rows) {
     const int per_row = DP / 4;
     const int n = rows * per_row;
@@ -274,7 +362,7 @@ __device__ __forceinline__ void copy_rows_async(float* s, const float* g, int ro
 }
 
 // Copy `rows` rows of DP floats (global, contiguous) into shared memory with row stride QS.
-template <int DP, int QS>
+template <int DP, int QS, int NT>
 __device__ __forceinline__ void copy_rows(float* s, const float* g, int rows) {
     const int per_row = DP / 4;
     const int n = rows * per_row;
@@ -285,10 +373,22 @@ __device__ __forceinline__ void copy_rows(float* s, const float* g, int rows) {
     }
 }
 
-template <class E, int DP, int BM, bool KV_SHARED>
+// The max of each of a thread's RM rows over the 16 tx lanes of the row (lanes differing in their
+// low 4 bits), in every one of them. Max is exact, so the butterfly's order does not matter.
+template <int RM>
+__device__ __forceinline__ void row_max16(float (&mt)[RM]) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < RM; ++k) mt[k] = fmaxf(mt[k], __shfl_xor_sync(0xFFFFFFFFu, mt[k], o));
+}
+
+template <class E, int DP, int BM, int NT, bool KV_SHARED>
 __device__ void exact_fast(const Params& P) {
     typedef Smem<DP, BM, KV_SHARED> S;
-    constexpr int RM = BM / 16;
+    constexpr int RS = NT / 16;  // row stride between a thread's rows
+    constexpr int RM = BM / RS;
+    static_assert(NT % 32 == 0 && BM % RS == 0 && NT >= TILE && NT >= BM, "tile shape");
     constexpr int NC = DP / 64;
     extern __shared__ float4 smem4[];
     float* sm = reinterpret_cast<float*>(smem4);
@@ -304,6 +404,7 @@ __device__ void exact_fast(const Params& P) {
 
     const int tid = threadIdx.x;
     const int tx = tid & 15, ty = tid >> 4;
+    const int warp = tid >> 5, lane = tid & 31;
     const int nrb = (P.Sq + BM - 1) / BM;
     // Grid: x = row blocks of one head, y = (b, h) pairs (offset bh0 when the host splits).
     const int bh = P.bh0 + (int)blockIdx.y;
@@ -316,14 +417,53 @@ __device__ void exact_fast(const Params& P) {
     const int block_limit = key_limit(P, L, min(i0 + BM - 1, P.Sq - 1));
     const int ntiles = (block_limit + TILE - 1) / TILE;
 
-    // Query rows of the block, prepared (§2); rows past Sq repeat the last row and are not written.
+    // §2 for the block's query rows, here rather than in a launch of its own: warp w prepares
+    // rows w, w + NT/32, ... with the operations of prepare_row (sanitise, bad flag, shift from the
+    // largest exponent field, one multiply per element, zero columns D..DP-1). Every lane first
+    // loads all its elements of all its rows, so that the rows' loads overlap. Rows past Sq
+    // repeat the last row and are not written.
     const long long qrow0 = (long long)bh * P.Sq;
-    for (int e = tid; e < BM * (DP / 4); e += NT) {
-        int row = e / (DP / 4), c4 = e % (DP / 4);
-        int i = min(i0 + row, P.Sq - 1);
-        float4 x = *reinterpret_cast<const float4*>(P.qp + (qrow0 + i) * DP + c4 * 4);
-        *reinterpret_cast<float4*>(Qs + row * S::QS + c4 * 4) = x;
+    int* sqS = reinterpret_cast<int*>(sm + S::SQ_OFF);
+    unsigned* badqS = reinterpret_cast<unsigned*>(sm + S::BADQ_OFF);
+    {
+        constexpr int RPW = BM / (NT / 32), EPL = DP / 32;
+        static_assert(BM % (NT / 32) == 0 && DP % 32 == 0, "whole rows per warp, whole lanes per row");
+        float x[RPW][EPL];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+            const int i = min(i0 + warp + (NT / 32) * r, P.Sq - 1);
+            const typename E::T* src = (const typename E::T*)P.q + (qrow0 + i) * P.D;
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) {
+                const int d = lane + 32 * e;
+                x[r][e] = d < P.D ? E::load(src, d) : 0.0f;  // position only
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+            unsigned bad = 0, emax = 0;
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) {
+                bad |= nonfinite_mask(x[r][e]);
+                x[r][e] = sanitize(x[r][e]);
+                emax = max(emax, expfield(x[r][e]));
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
+                emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
+            }
+            const int shift = row_shift(emax);
+            const float f = pow2(shift);
+            const int row = warp + (NT / 32) * r;
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) Qs[row * S::QS + lane + 32 * e] = __fmul_rn(x[r][e], f);
+            if (lane == 0) {
+                sqS[row] = shift;
+                badqS[row] = bad != 0 ? 1u : 0u;
+            }
+        }
     }
+    __syncthreads();
 
     // Row indices and key limits are recomputed where needed (cheap integer work, general tiles
     // and the epilogue only) rather than held in registers across the tile loop.
@@ -333,8 +473,7 @@ __device__ void exact_fast(const Params& P) {
     float acc[RM][NC * 4];
 #pragma unroll
     for (int k = 0; k < RM; ++k) {
-        const int ic = min(i0 + ty + 16 * k, P.Sq - 1);
-        sqr[k] = P.sq[qrow0 + ic];
+        sqr[k] = sqS[ty + RS * k];
         m[k] = -DA_FLT_MAX;
         badr[k] = 0u;
 #pragma unroll
@@ -351,7 +490,7 @@ __device__ void exact_fast(const Params& P) {
     // are computed. One buffer (KV_SHARED): plain loads, one after the other.
     auto issue_k = [&](int t) {
         const long long j = kv0 + (long long)t * TILE;
-        copy_rows_async<DP, S::QS>(Ks, P.kp + j * DP, TILE);
+        copy_rows_async<DP, S::QS, NT>(Ks, P.kp + j * DP, TILE);
         if (tid < TILE) {
             cp_async4(skS + tid, P.sk + j + tid);
             cp_async4(badS + tid, P.badk + j + tid);
@@ -361,13 +500,13 @@ __device__ void exact_fast(const Params& P) {
     if (!KV_SHARED && ntiles > 0) {
         issue_k(0);
         cp_commit();
-        copy_rows_async<DP, S::QS>(Vs, P.vp + kv0 * DP, TILE);
+        copy_rows_async<DP, S::QS, NT>(Vs, P.vp + kv0 * DP, TILE);
         cp_commit();
     }
     for (int t = 0; t < ntiles; ++t) {
         const int j0 = t * TILE;
         if (KV_SHARED) {
-            copy_rows<DP, S::QS>(Ks, P.kp + (kv0 + j0) * DP, TILE);
+            copy_rows<DP, S::QS, NT>(Ks, P.kp + (kv0 + j0) * DP, TILE);
             if (tid < TILE) {
                 skS[tid] = P.sk[kv0 + j0 + tid];
                 badS[tid] = P.badk[kv0 + j0 + tid];
@@ -391,7 +530,7 @@ __device__ void exact_fast(const Params& P) {
             for (int c = 0; c < 4; ++c) kv[c] = *reinterpret_cast<const float4*>(Ks + (tx + 16 * c) * S::QS + d);
 #pragma unroll
             for (int k = 0; k < RM; ++k) {
-                const float4 qv = *reinterpret_cast<const float4*>(Qs + (ty + 16 * k) * S::QS + d);
+                const float4 qv = *reinterpret_cast<const float4*>(Qs + (ty + RS * k) * S::QS + d);
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
                     s[k][c] = __fmaf_rn(qv.x, kv[c].x, s[k][c]);
@@ -432,56 +571,59 @@ __device__ void exact_fast(const Params& P) {
                     mt[k] = fmaxf(mt[k], s[k][c]);
                 }
             }
-            // max over the 16 lanes sharing each row: exact, so every lane gets the same value.
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1)
-#pragma unroll
-                for (int k = 0; k < RM; ++k) mt[k] = fmaxf(mt[k], __shfl_xor_sync(0xFFFFFFFFu, mt[k], o));
+            row_max16<RM>(mt);
 #pragma unroll
             for (int k = 0; k < RM; ++k) {
                 const float mnew = __fadd_rn(fmaxf(m[k], mt[k]), 0.0f);
                 const float alpha = detattn::exp(clamp_z(__fsub_rn(m[k], mnew)));
-                float* prow = Ps + (ty + 16 * k) * S::PS;
+                float* prow = Ps + (ty + RS * k) * S::PS;
 #pragma unroll
                 for (int c = 0; c < 4; ++c)
                     prow[tx + 16 * c] = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(s[k][c], mnew))), DA_W);
-                if (tx == 0) As[ty + 16 * k] = alpha;
+                if (tx == 0) As[ty + RS * k] = alpha;
                 m[k] = mnew;
 #pragma unroll
                 for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
             }
         } else {
+            // Phase by phase as the full copy (the row max needs the partner warp): finish and
+            // select every score, then the max, then the weights. A key's validity is kept as
+            // one bit per (row, key) between the phases.
+            float mt[RM];
+            unsigned vbits[RM];
 #pragma unroll
             for (int k = 0; k < RM; ++k) {
                 // The mask row and key limit, recomputed here (general tiles only) rather than
                 // kept in registers across the tile loop: exact64 has none to spare.
-                const int ic = min(i0 + ty + 16 * k, P.Sq - 1);
+                const int ic = min(i0 + ty + RS * k, P.Sq - 1);
                 const unsigned char* mrow = mask_row(P, b, h, ic);
                 const int lim = key_limit(P, L, ic);
-                float xm[4];
-                unsigned vm[4];
-                float mt = -DA_FLT_MAX;
+                mt[k] = -DA_FLT_MAX;
+                vbits[k] = 0u;
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
                     const int jt = tx + 16 * c, j = j0 + jt;
                     const float x = score_finish(s[k][c], P.scale, sqr[k], skS[jt]);
-                    vm[c] = mask_of(j < lim) & mask_val(P, mrow, j);
-                    xm[c] = sel(vm[c] != 0u, x, -DA_FLT_MAX);
-                    badr[k] |= vm[c] & (badS[jt] | badvS[jt]);
-                    mt = fmaxf(mt, xm[c]);
+                    const unsigned vm = mask_of(j < lim) & mask_val(P, mrow, j);
+                    s[k][c] = sel(vm != 0u, x, -DA_FLT_MAX);  // xm
+                    badr[k] |= vm & (badS[jt] | badvS[jt]);
+                    vbits[k] |= (vm & 1u) << c;
+                    mt[k] = fmaxf(mt[k], s[k][c]);
                 }
-                // max over the 16 lanes sharing the row: exact, so every lane gets the same value.
+            }
+            row_max16<RM>(mt);
 #pragma unroll
-                for (int o = 8; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
-                const float mnew = __fadd_rn(fmaxf(m[k], mt), 0.0f);
+            for (int k = 0; k < RM; ++k) {
+                const float mnew = __fadd_rn(fmaxf(m[k], mt[k]), 0.0f);
                 const float alpha = detattn::exp(clamp_z(__fsub_rn(m[k], mnew)));
-                float* prow = Ps + (ty + 16 * k) * S::PS;
+                float* prow = Ps + (ty + RS * k) * S::PS;
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm[c], mnew))), DA_W);
-                    prow[tx + 16 * c] = __uint_as_float(__float_as_uint(e) & vm[c]);
+                    const unsigned vm = 0u - ((vbits[k] >> c) & 1u);
+                    float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(s[k][c], mnew))), DA_W);
+                    prow[tx + 16 * c] = __uint_as_float(__float_as_uint(e) & vm);
                 }
-                if (tx == 0) As[ty + 16 * k] = alpha;
+                if (tx == 0) As[ty + RS * k] = alpha;
                 m[k] = mnew;
 #pragma unroll
                 for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
@@ -489,7 +631,7 @@ __device__ void exact_fast(const Params& P) {
         }
         if (KV_SHARED) {
             __syncthreads();
-            copy_rows<DP, S::QS>(Vs, P.vp + (kv0 + j0) * DP, TILE);
+            copy_rows<DP, S::QS, NT>(Vs, P.vp + (kv0 + j0) * DP, TILE);
             __syncthreads();
         } else {
             cp_wait<0>();  // V(t) landed
@@ -518,7 +660,7 @@ __device__ void exact_fast(const Params& P) {
         for (int j = 0; j < TILE; j += 4) {
             float4 p4[RM];
 #pragma unroll
-            for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + 16 * k) * S::PS + j);
+            for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + RS * k) * S::PS + j);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const float* vrow = Vs + (j + e) * S::QS + 4 * tx;
@@ -539,7 +681,7 @@ __device__ void exact_fast(const Params& P) {
         __syncthreads();
         if (!KV_SHARED) {
             // Every thread is past its reads of Vs: fetch tile t+1's V.
-            if (t + 1 < ntiles) copy_rows_async<DP, S::QS>(Vs, P.vp + (kv0 + j0 + TILE) * DP, TILE);
+            if (t + 1 < ntiles) copy_rows_async<DP, S::QS, NT>(Vs, P.vp + (kv0 + j0 + TILE) * DP, TILE);
             cp_commit();
         }
     }
@@ -555,12 +697,12 @@ __device__ void exact_fast(const Params& P) {
     for (int k = 0; k < RM; ++k) {
         unsigned bad = badr[k];
 #pragma unroll
-        for (int o = 8; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
-        const int irow = i0 + ty + 16 * k;
+        for (int o = 8; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);  // OR: exact, order-free
+        const int irow = i0 + ty + RS * k;
         if (irow >= P.Sq) continue;  // padding rows of the last block: position only
         const long long orow = qrow0 + irow;
-        const bool poisoned = (P.propagate != 0) & ((bad | P.badq[orow]) != 0u);
-        const float ls = l_safe(Ls[ty + 16 * k]);
+        const bool poisoned = (P.propagate != 0) & ((bad | badqS[ty + RS * k]) != 0u);
+        const float ls = l_safe(Ls[ty + RS * k]);
         const float rl = recip(ls);
 #pragma unroll
         for (int c = 0; c < NC; ++c)
@@ -572,29 +714,60 @@ __device__ void exact_fast(const Params& P) {
     }
 }
 
-#define DA_FAST(DP, BM, SHARED, MINB, NAME, E)                                                          \
-    extern "C" __global__ void __launch_bounds__(NT, MINB) NAME(const Params P) {                   \
-        exact_fast<E, DP, BM, SHARED>(P);                                                         \
-    }
-DA_FAST(64, 64, false, 2, detattn_exact64_f32, ElemF32)
-DA_FAST(64, 64, false, 2, detattn_exact64_f16, ElemF16)
-DA_FAST(64, 64, false, 2, detattn_exact64_bf16, ElemBf16)
-// D <= 128: 48 rows per block, so that two blocks fit an SM (2 x 108 KB of shared memory, 128
-// registers). sm_86 and sm_89 give a block at most 99 KB: there K and V are staged one after the
-// other in one buffer (74 KB) instead of side by side. The bits are
-// the same; src/cuda/launch.rs mirrors this choice when it sizes the shared memory.
+// The tile shapes, one per head-dim bound: rows per block (BM), threads (NT), blocks per SM the
+// registers must allow (MINB: a cap of 65536 / (NT * MINB) registers), and whether K and V share
+// one shared-memory buffer (staged one after the other instead of side by side). Shared memory
+// decides the rest: D <= 64: 3 blocks of 71 KB per SM; D <= 128: 2 blocks of 107 KB (sm_86 and
+// sm_89 give a block at most 99 KB: one buffer there, 73 KB); D <= 256: one buffer, 16 rows. The
+// host reads them from detattn_exact_cfg below (src/cuda/backend.rs). No bit depends on them.
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
-#define DA_SHARED128 true
+constexpr bool DA_SHARED128 = true;
 #else
-#define DA_SHARED128 false
+constexpr bool DA_SHARED128 = false;
 #endif
-DA_FAST(128, 48, DA_SHARED128, 2, detattn_exact128_f32, ElemF32)
-DA_FAST(128, 48, DA_SHARED128, 2, detattn_exact128_f16, ElemF16)
-DA_FAST(128, 48, DA_SHARED128, 2, detattn_exact128_bf16, ElemBf16)
-DA_FAST(256, 16, true, 1, detattn_exact256_f32, ElemF32)
-DA_FAST(256, 16, true, 1, detattn_exact256_f16, ElemF16)
-DA_FAST(256, 16, true, 1, detattn_exact256_bf16, ElemBf16)
+template <int DP>
+struct FastCfg;
+// D <= 64: three blocks per SM need 71 KB each, which only sm_90 (228 KB per SM) holds; elsewhere
+// the register cap of three blocks (170) would only cost spills (sm_80), so two.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int DA_MINB64 = 3;
+#else
+constexpr int DA_MINB64 = 2;
+#endif
+template <>
+struct FastCfg<64> {
+    static constexpr int BM = 64, NT = 128, MINB = DA_MINB64;
+    static constexpr bool SHARED = false;
+};
+template <>
+struct FastCfg<128> {
+    static constexpr int BM = 48, NT = 128, MINB = 2;
+    static constexpr bool SHARED = DA_SHARED128;
+};
+template <>
+struct FastCfg<256> {
+    static constexpr int BM = 16, NT = 256, MINB = 1;
+    static constexpr bool SHARED = true;
+};
 
+#define DA_FAST(DP, NAME, E)                                                                          \
+    extern "C" __global__ void __launch_bounds__(FastCfg<DP>::NT, FastCfg<DP>::MINB) NAME(const Params P) { \
+        exact_fast<E, DP, FastCfg<DP>::BM, FastCfg<DP>::NT, FastCfg<DP>::SHARED>(P);                 \
+    }
+DA_FAST(64, detattn_exact64_f32, ElemF32)
+DA_FAST(64, detattn_exact64_f16, ElemF16)
+DA_FAST(64, detattn_exact64_bf16, ElemBf16)
+DA_FAST(128, detattn_exact128_f32, ElemF32)
+DA_FAST(128, detattn_exact128_f16, ElemF16)
+DA_FAST(128, detattn_exact128_bf16, ElemBf16)
+DA_FAST(256, detattn_exact256_f32, ElemF32)
+DA_FAST(256, detattn_exact256_f16, ElemF16)
+DA_FAST(256, detattn_exact256_bf16, ElemBf16)
+
+// {BM, NT, dynamic shared bytes, K and V in one buffer} of the fast kernels for D <= 64, 128, 256.
+#define DA_CFG_ROW(DP) \
+    { FastCfg<DP>::BM, FastCfg<DP>::NT, Smem<DP, FastCfg<DP>::BM, FastCfg<DP>::SHARED>::BYTES, FastCfg<DP>::SHARED ? 1 : 0 }
+extern "C" __constant__ int detattn_exact_cfg[3][4] = {DA_CFG_ROW(64), DA_CFG_ROW(128), DA_CFG_ROW(256)};
 
 // ------------------------------------------------------------------------------ any head_dim
 

@@ -20,33 +20,48 @@ use std::sync::Arc;
 
 /// Keys per tile (numerics.md §4), as the kernels use it.
 const TILE: usize = crate::numerics::TILE;
-/// Head-dim bound, rows per block and threads of the three fast kernels (kernels/exact.cu).
+/// Head-dim bounds of the three fast kernels (kernels/exact.cu); their tile shapes are read from
+/// the cubin (`detattn_exact_cfg`), so the host never restates them.
 const FAST_DP: [usize; 3] = [64, 128, 256];
-const FAST_BM: [usize; 3] = [64, 48, 16];
-const FAST_THREADS: u32 = 256;
 const GENERIC_THREADS: u32 = 64;
 const PREPARE_THREADS: u32 = 256;
 const PREPARE_ROWS_PER_BLOCK: usize = PREPARE_THREADS as usize / 32;
 /// Largest grid y (and z) dimension; larger launches are split along y by the host.
 const MAX_GRID_Y: usize = 65535;
 
-/// Whether the fast kernel `idx` stages K and V in one shared buffer (kernels/exact.cu: always
-/// for D ≤ 256; for D ≤ 128 on sm_86/sm_89, whose blocks get at most 99 KB).
-fn kv_shared(idx: usize, arch: &str) -> bool {
-    match idx {
-        0 => false,
-        1 => arch == "sm_86" || arch == "sm_89",
-        _ => true,
-    }
+/// The launch shape of one fast kernel, as the cubin declares it (`detattn_exact_cfg` in
+/// kernels/exact.cu: rows per block, threads, dynamic shared bytes, K/V in one buffer).
+#[derive(Clone, Copy, Debug)]
+struct FastCfg {
+    bm: usize,
+    threads: u32,
+    smem: u32,
 }
 
-/// Dynamic shared memory of a fast kernel: `Smem<DP, BM, KV_SHARED>::BYTES` in kernels/exact.cu.
-fn smem_bytes(idx: usize, arch: &str) -> u32 {
-    let (dp, bm) = (FAST_DP[idx], FAST_BM[idx]);
-    let qs = dp + 4;
-    let kv = if kv_shared(idx, arch) { 1 } else { 2 };
-    let floats = bm * qs + kv * TILE * qs + bm * (TILE + 4) + 2 * bm + 3 * TILE;
-    (floats * 4) as u32
+/// Read and sanity-check the fast kernels' launch shapes from the loaded module.
+fn fast_cfgs(module: &Module) -> Result<[FastCfg; 3]> {
+    let raw = module.constant_i32::<12>("detattn_exact_cfg")?;
+    let mut out = [FastCfg {
+        bm: 0,
+        threads: 0,
+        smem: 0,
+    }; 3];
+    for (i, row) in raw.chunks_exact(4).enumerate() {
+        let (bm, nt, smem) = (row[0], row[1], row[2]);
+        // A cubin that declares nonsense is refused rather than launched.
+        if !(1..=1024).contains(&bm) || !(32..=1024).contains(&nt) || nt % 32 != 0 || smem <= 0 {
+            return Err(Error::Cuda {
+                op: "cubin launch table",
+                message: format!("detattn_exact_cfg[{i}] = {row:?} is not a valid launch shape"),
+            });
+        }
+        out[i] = FastCfg {
+            bm: bm as usize,
+            threads: nt as u32,
+            smem: smem as u32,
+        };
+    }
+    Ok(out)
 }
 
 fn dtype_suffix(d: DType) -> &'static str {
@@ -63,7 +78,7 @@ struct Kernels {
     reject: Kernel,
     fast: [[Kernel; 3]; 3],
     generic: [Kernel; 3],
-    smem: [u32; 3],
+    cfg: [FastCfg; 3],
 }
 
 /// An opened device with its kernels.
@@ -132,7 +147,6 @@ struct Scratch {
     vp: CudaSlice<f32>,
     sq: CudaSlice<i32>,
     sk: CudaSlice<i32>,
-    sv: CudaSlice<i32>,
     badq: CudaSlice<u32>,
     badk: CudaSlice<u32>,
     badv: CudaSlice<u32>,
@@ -165,7 +179,6 @@ fn alloc_scratch(stream: &Arc<CudaStream>, p: &Problem, pl: &Plan) -> Result<Scr
         vp: z(pl.nkv * pl.dp)?,
         sq: zi(pl.nq)?,
         sk: zi(pl.nkv)?,
-        sv: zi(pl.nkv)?,
         badq: zu(pl.nq)?,
         badk: zu(pl.nkv)?,
         badv: zu(pl.nkv)?,
@@ -212,22 +225,40 @@ impl<'a> Guards<'a> {
     }
 }
 
-/// Device addresses of the scratch buffers, in the order `base_params` takes them.
-fn scratch_ptrs<'a>(sc: &'a mut Scratch, stream: &'a CudaStream, g: &mut Guards<'a>) -> [u64; 12] {
-    [
-        g.w(&mut sc.qp, stream),
-        g.w(&mut sc.kp, stream),
-        g.w(&mut sc.vp, stream),
-        g.w(&mut sc.sq, stream),
-        g.w(&mut sc.sk, stream),
-        g.w(&mut sc.sv, stream),
-        g.w(&mut sc.badq, stream),
-        g.w(&mut sc.badk, stream),
-        g.w(&mut sc.badv, stream),
-        g.w(&mut sc.flags, stream),
-        g.w(&mut sc.acc, stream),
-        g.r(&sc.kv_lens, stream),
-    ]
+/// Device addresses of the scratch buffers of one call.
+#[derive(Clone, Copy)]
+struct ScratchPtrs {
+    qp: u64,
+    kp: u64,
+    vp: u64,
+    sq: u64,
+    sk: u64,
+    badq: u64,
+    badk: u64,
+    badv: u64,
+    flags: u64,
+    acc: u64,
+    kv_lens: u64,
+}
+
+fn scratch_ptrs<'a>(
+    sc: &'a mut Scratch,
+    stream: &'a CudaStream,
+    g: &mut Guards<'a>,
+) -> ScratchPtrs {
+    ScratchPtrs {
+        qp: g.w(&mut sc.qp, stream),
+        kp: g.w(&mut sc.kp, stream),
+        vp: g.w(&mut sc.vp, stream),
+        sq: g.w(&mut sc.sq, stream),
+        sk: g.w(&mut sc.sk, stream),
+        badq: g.w(&mut sc.badq, stream),
+        badk: g.w(&mut sc.badk, stream),
+        badv: g.w(&mut sc.badv, stream),
+        flags: g.w(&mut sc.flags, stream),
+        acc: g.w(&mut sc.acc, stream),
+        kv_lens: g.r(&sc.kv_lens, stream),
+    }
 }
 
 /// A device buffer of raw element bits in the input dtype's width (host entry point).
@@ -276,21 +307,17 @@ impl Inner {
             let f = |d: DType| module.kernel(&format!("{stem}_{}", dtype_suffix(d)), smem);
             Ok([f(dts[0])?, f(dts[1])?, f(dts[2])?])
         };
-        let smem = [
-            smem_bytes(0, arch),
-            smem_bytes(1, arch),
-            smem_bytes(2, arch),
-        ];
+        let cfg = fast_cfgs(&module)?;
         let k = Kernels {
             prepare: by_dt("detattn_prepare", 0)?,
             reject: module.kernel("detattn_reject_flags", 0)?,
             fast: [
-                by_dt("detattn_exact64", smem[0])?,
-                by_dt("detattn_exact128", smem[1])?,
-                by_dt("detattn_exact256", smem[2])?,
+                by_dt("detattn_exact64", cfg[0].smem)?,
+                by_dt("detattn_exact128", cfg[1].smem)?,
+                by_dt("detattn_exact256", cfg[2].smem)?,
             ],
             generic: by_dt("detattn_exact_generic", 0)?,
-            smem,
+            cfg,
         };
         Ok(Inner {
             ordinal,
@@ -317,7 +344,7 @@ impl Inner {
         self.ctx.new_stream().map_err(drv("cuStreamCreate"))
     }
 
-    fn base_params(&self, p: &Problem, pl: &Plan, io: Io, sc: [u64; 12]) -> Params {
+    fn base_params(&self, p: &Problem, pl: &Plan, io: Io, sc: ScratchPtrs) -> Params {
         let s = p.shape();
         let layout = p.mask();
         Params {
@@ -326,17 +353,17 @@ impl Inner {
             v: io.v,
             mask: io.mask,
             out: io.out,
-            kv_lens: sc[11],
-            qp: sc[0],
-            kp: sc[1],
-            vp: sc[2],
-            sq: sc[3],
-            sk: sc[4],
-            badq: sc[6],
-            badk: sc[7],
-            badv: sc[8],
-            flags: sc[9],
-            acc: sc[10],
+            kv_lens: sc.kv_lens,
+            qp: sc.qp,
+            kp: sc.kp,
+            vp: sc.vp,
+            sq: sc.sq,
+            sk: sc.sk,
+            badq: sc.badq,
+            badk: sc.badk,
+            badv: sc.badv,
+            flags: sc.flags,
+            acc: sc.acc,
             b: s.batch as i32,
             hq: s.q_heads as i32,
             hkv: s.kv_heads as i32,
@@ -374,67 +401,35 @@ impl Inner {
         let mut g = Guards(Vec::new());
         let ptrs = scratch_ptrs(sc, stream, &mut g);
         let base = self.base_params(p, pl, io, ptrs);
-        {
-            // §2: Q rows (scaled), K rows (scaled, padded to whole tiles), V rows (sanitised).
-            let jobs = [
-                (
-                    io.q,
-                    ptrs[0],
-                    ptrs[3],
-                    ptrs[6],
-                    s.batch * s.q_heads,
-                    s.q_len,
-                    s.q_len,
-                    1,
-                ),
-                (
-                    io.k,
-                    ptrs[1],
-                    ptrs[4],
-                    ptrs[7],
-                    s.batch * s.kv_heads,
-                    s.kv_len,
-                    pl.skv_pad,
-                    1,
-                ),
-                (
-                    io.v,
-                    ptrs[2],
-                    ptrs[5],
-                    ptrs[8],
-                    s.batch * s.kv_heads,
-                    s.kv_len,
-                    pl.skv_pad,
-                    0,
-                ),
-            ];
-            for (src, dst, shift, bad, heads, src_rows, dst_rows, scale) in jobs {
-                let gx = dst_rows.div_ceil(PREPARE_ROWS_PER_BLOCK) as u32;
-                let mut h0 = 0;
-                while h0 < heads {
-                    let n = (heads - h0).min(MAX_GRID_Y);
-                    let prm = Params {
-                        src,
-                        dst,
-                        shift,
-                        bad,
-                        prep_head0: h0 as i32,
-                        prep_src_rows: src_rows as i32,
-                        prep_dst_rows: dst_rows as i32,
-                        prep_scale: scale,
-                        ..base
-                    };
-                    launch::launch(
-                        stream,
-                        self.k.prepare[dt],
-                        (gx, n as u32, 1),
-                        PREPARE_THREADS,
-                        0,
-                        &prm,
-                    )?;
-                    h0 += n;
-                }
-            }
+        // §2 in one launch: K (scaled, padded to whole tiles) and V (sanitised) always, and Q
+        // (scaled; blockIdx.z = 0) when the generic kernel reads it or the device scan needs its
+        // flags. The fast kernels prepare their own query rows.
+        let with_q = scan || pl.fast.is_none();
+        let (job0, jobs) = if with_q { (0, 2) } else { (1, 1) };
+        let rows = if with_q {
+            s.q_len.max(pl.skv_pad)
+        } else {
+            pl.skv_pad
+        };
+        let heads = s.batch * s.q_heads.max(s.kv_heads);
+        let gx = rows.div_ceil(PREPARE_ROWS_PER_BLOCK) as u32;
+        let mut h0 = 0;
+        while h0 < heads {
+            let n = (heads - h0).min(MAX_GRID_Y);
+            let prm = Params {
+                prep_head0: h0 as i32,
+                prep_job0: job0,
+                ..base
+            };
+            launch::launch(
+                stream,
+                self.k.prepare[dt],
+                (gx, n as u32, jobs),
+                PREPARE_THREADS,
+                0,
+                &prm,
+            )?;
+            h0 += n;
         }
         if scan {
             launch::launch(stream, self.k.reject, (1, 1, 1), 1024, 0, &base)?;
@@ -462,13 +457,14 @@ impl Inner {
             };
             match pl.fast {
                 Some(i) => {
-                    let nrb = (base.sq_len as usize).div_ceil(FAST_BM[i]) as u32;
+                    let c = self.k.cfg[i];
+                    let nrb = (base.sq_len as usize).div_ceil(c.bm) as u32;
                     launch::launch(
                         stream,
                         self.k.fast[i][dt],
                         (nrb, n as u32, 1),
-                        FAST_THREADS,
-                        self.k.smem[i],
+                        c.threads,
+                        c.smem,
                         &prm,
                     )?;
                 }

@@ -126,6 +126,10 @@ struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON document to FILE (the table still goes to stdout): one run gives
+    /// the log and the machine-readable result.
+    #[arg(long, value_name = "FILE")]
+    json_out: Option<std::path::PathBuf>,
     /// Succeed iff some class reaches max |t| > 10 (for the planted leak); default: succeed iff
     /// every class has max |t| < 4.5 (max over the raw and the cropped tests).
     #[arg(long)]
@@ -511,8 +515,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
 
-    if a.json {
-        let j = serde_json::json!({
+    let j = serde_json::json!({
             "tool": "detattn-dudect",
             "unix_time": unix,
             "cpu_model": cpu_model(),
@@ -548,11 +551,14 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                 "pass": r.t_max < T_PASS,
             })).collect::<Vec<_>>(),
             "ok": ok,
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
-        );
+    });
+    let text = serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?;
+    if let Some(path) = &a.json_out {
+        std::fs::write(path, format!("{text}\n"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if a.json {
+        println!("{text}");
     } else {
         println!("detattn-dudect  {}", timer.describe());
         println!("  cpu: {}   unix time {unix}", cpu_model());

@@ -101,6 +101,8 @@ impl std::str::FromStr for Class {
 
 /// Exact conversion of a class value (an f32 the element type holds, or a NaN or infinity) into
 /// the element type the harness times.
+// Only the GPU timer converts (the CPU harness times f32): unused in a build without CUDA.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub trait ClassElement: Copy {
     /// The value in this type; exact for every value [`generate`] produces for it.
     fn from_class_value(x: f32) -> Self;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One GPU call: every check and measurement that needs the GPU, in order, logs under $OUT.
-# Run `scripts/carry.sh` here first (the GPU machine has no cargo), and for the d7 stage
-# `python3 kernels/build.py nvcc13`; then on the device (carry .carry):
-#   bash scripts/gpu-session.sh [stage ...]   stages: info selftest tests sanitize d7 bench quickbench dudect
+# Run `scripts/carry.sh` here first (the GPU machine has no cargo), for the d7 stage
+# `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
+# `python3 audit/plant_tc_leak.py`; then on the device (carry .carry):
+#   bash scripts/gpu-session.sh [stage ...]
+#   stages: info selftest tests sanitize d7 bench quickbench dudect tcbench tcdudect
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 set -uo pipefail
@@ -63,6 +65,27 @@ for s in "${STAGES[@]}"; do
       stage bench 560 python3 scripts/gpu_compare.py "$BIN" "$OUT/compare.json" ;;
     quickbench)
       stage quickbench 300 python3 scripts/gpu_compare.py "$BIN" "$OUT/compare.json" --quick ;;
+    tcbench)
+      # The TensorCore rows (W1 f16, W2/W2c/W3c bf16, decode with the copy ceiling) next to SDPA,
+      # with the anchors' protocol (1 launch per event pair) and with 10 back to back (the earlier
+      # Python harness's, docs/tensorcore.md), both applied to detattn and SDPA alike.
+      for n in 1 10; do
+        stage tcbench 280 python3 scripts/gpu_compare.py "$BIN" "$OUT/tc-compare-ps$n.json" \
+          --paths tensorcore --per-sample "$n"
+      done ;;
+    tcdudect)
+      # The TensorCore path in the Rust dudect harness (every class vs random, Propagate, through
+      # CudaBackend::time_launch_path), f16 d64 and bf16 d128, 10 000 measurements per class.
+      stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype f16 \
+        --head-dim 64 --n 10000 --json-out "$OUT/tcdudect-f16-d64.json"
+      stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
+        --head-dim 128 --n 10000 --json-out "$OUT/tcdudect-bf16-d128.json"
+      # The planted leak (audit/plant_tc_leak.py, built here into .carry/cubin-tc-leaky): must be seen.
+      if [ -d .carry/cubin-tc-leaky ]; then
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 .carry/bin/detattn-dudect \
+          --backend cuda --path tensorcore --dtype f16 --head-dim 64 --n 10000 --expect-leak \
+          --json-out "$OUT/tcdudect-leaky-f16-d64.json"
+      fi ;;
     dudect)
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000
       # The planted leak (audit/plant_gpu_leak.py, built here into .carry/cubin-leaky): must be seen.

@@ -1,122 +1,331 @@
 #!/usr/bin/env python3
 """detattn next to PyTorch SDPA, in one command, on one GPU (DESIGN.md §8).
 
-For each headline workload it times PyTorch SDPA (flash, cuDNN, efficient; and efficient in f32)
-and detattn (`detattn bench --backend cuda --json`, which times its kernel with CUDA events) on the
-same shapes, with the same protocol: warm-up, >= 20 timed launches, median, inputs rotated so that
-they do not sit in L2, never zeros. Prints a table of times, TF/s and ratios; writes JSON.
+Usage (on the GPU machine):
+    python3 scripts/gpu_compare.py BIN OUT.json [--quick] [--only W1,W2,...] [--paths exact,tensorcore]
+                                   [--per-sample N] [--warmup N] [--iters N] [--rotate N] [--timeout S]
 
-Usage (on the GPU machine):  python3 scripts/gpu_compare.py BIN OUT.json [--quick]
+What it measures, each on the same shapes and with the same protocol for both libraries:
+  (a) the Exact path (`detattn bench --path exact`) in f32 and in the anchor dtype, against SDPA
+      efficient in f32 (the like-for-like f32 kernel), flash and cuDNN in the anchor dtype;
+  (b) the TensorCore path (`--path tensorcore`) on W1 f16 and W2/W2c/W3c bf16, against SDPA flash
+      and cuDNN, with TF/s;
+  (c) decode, B=32 Hq=32 Hkv=8 Sq=1 Skv=8192 D=128 bf16: TensorCore against SDPA flash and cuDNN,
+      in GB/s of the bytes a call must move (Q, K, V read once + O written once) against the
+      device-to-device copy ceiling measured in this command (read + write bytes of a 1 GiB copy,
+      as the anchors did). SDPA gets the real GQA problem through `enable_gqa=True`, so it reads
+      the same 8-head KV cache detattn reads; a backend that refuses that is timed with K and V
+      repeated to 32 heads (4x the K/V reads) and the row says "kv repeated".
+Workloads: W1, W2, W2c, W3c (the anchors) and decode; `--only` picks some, `--quick` = W1,W2.
+`--paths` picks (a) and/or (b)+(c) (default both).
+
+Protocol (both libraries): `--warmup` untimed launches, then `--iters` samples (>= 20), each
+sample `--per-sample` launches back to back between one pair of CUDA events, synchronised; the
+time per launch is the sample / N; median over samples; `--rotate` input sets (never zeros:
+randn for SDPA, detattn's seeded generator) cycled so that one does not sit in L2.
+`--per-sample 1` (the default) is the anchors' protocol (shared/anchors/sdpa_anchor.py: one call
+per event pair); 10 was the earlier Python harness's (docs/tensorcore.md, "Measured"), which hides
+the host's launch overhead on short problems.
+
+Robust by design: a backend that refuses a shape, a detattn call that fails (a typed error, e.g.
+a path this build does not time) or runs past `--timeout` is reported in its row, never fatal.
+Prints one line per measurement as it goes, then markdown tables last (GPU, date UTC, torch);
+writes everything to OUT.json. Ratios are time(detattn) / time(SDPA): > 1 means detattn is slower.
 """
+import argparse
+import datetime
 import json
 import statistics
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-BIN, OUT = sys.argv[1], sys.argv[2]
-QUICK = "--quick" in sys.argv
-WARMUP, ITERS, ROTATE = 5, 30, 4
-
-# id, (B, Hq, S, D), dtype of the SDPA anchors, causal
-WORKLOADS = [
-    ("W1", (1, 16, 1024, 64), "f16", False),
-    ("W2", (4, 16, 4096, 128), "bf16", False),
-    ("W2c", (4, 16, 4096, 128), "bf16", True),
-    ("W3c", (1, 16, 16384, 128), "bf16", True),
-]
+# id -> (B, Hq, Hkv, Sq, Skv, D), anchor dtype, causal
+WORKLOADS = {
+    "W1": ((1, 16, 16, 1024, 1024, 64), "f16", False),
+    "W2": ((4, 16, 16, 4096, 4096, 128), "bf16", False),
+    "W2c": ((4, 16, 16, 4096, 4096, 128), "bf16", True),
+    "W3c": ((1, 16, 16, 16384, 16384, 128), "bf16", True),
+    "decode": ((32, 32, 8, 1, 8192, 128), "bf16", False),
+}
+PREFILL = ["W1", "W2", "W2c", "W3c"]
 TORCH_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 SDPA = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
         "efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-def flops(b, h, s, d, causal):
-    f = 4 * b * h * s * s * d
-    return f / 2 if causal else f
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bin", help="the detattn binary (.carry/bin/detattn on the GPU machine)")
+    ap.add_argument("out", help="JSON output path")
+    ap.add_argument("--quick", action="store_true", help="W1 and W2 only")
+    ap.add_argument("--only", help="comma-separated workloads: " + ",".join(WORKLOADS))
+    ap.add_argument("--paths", default="exact,tensorcore", help="exact and/or tensorcore (default both)")
+    ap.add_argument("--per-sample", type=int, default=1, help="launches per event pair (default 1)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=30, help="timed samples (>= 20)")
+    ap.add_argument("--rotate", type=int, default=4, help="input sets cycled (>= 4)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per detattn call")
+    a = ap.parse_args()
+    if a.per_sample < 1:
+        ap.error("--per-sample must be >= 1")
+    if a.iters < 20:
+        ap.error("--iters must be >= 20 (DESIGN.md §8)")
+    if a.rotate < 4:
+        ap.error("--rotate must be >= 4 (inputs must not sit in L2)")
+    ids = list(WORKLOADS)
+    if a.quick:
+        ids = ["W1", "W2"]
+    if a.only:
+        want = [w.strip() for w in a.only.split(",") if w.strip()]
+        bad = [w for w in want if w not in WORKLOADS]
+        if bad:
+            ap.error(f"unknown workload(s) {bad}; expected some of {list(WORKLOADS)}")
+        ids = [w for w in WORKLOADS if w in want]
+    paths = {p.strip() for p in a.paths.split(",") if p.strip()}
+    if not paths or paths - {"exact", "tensorcore"}:
+        ap.error("--paths takes exact and/or tensorcore")
+    a.ids, a.path_set = ids, paths
+    return a
 
 
-def time_sdpa(backend, shape, dt, causal):
-    b, h, s, d = shape
-    g = torch.Generator(device="cuda").manual_seed(0)
-    sets = [[torch.randn(b, h, s, d, device="cuda", dtype=dt, generator=g) for _ in range(3)]
-            for _ in range(ROTATE)]
-    with sdpa_kernel([SDPA[backend]]):
-        for i in range(WARMUP):
-            F.scaled_dot_product_attention(*sets[i % ROTATE], is_causal=causal)
-        torch.cuda.synchronize()
-        ts = []
-        for i in range(ITERS):
-            st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            st.record()
-            F.scaled_dot_product_attention(*sets[i % ROTATE], is_causal=causal)
-            en.record()
-            en.synchronize()
-            ts.append(st.elapsed_time(en) * 1000.0)
-    del sets
-    torch.cuda.empty_cache()
+def flops(shape, causal):
+    b, hq, _, sq, skv, d = shape
+    f = 4 * b * hq * sq * skv * d
+    return f / 2 if causal and sq == skv else f
+
+
+def bytes_moved(shape, dt):
+    """Q, K, V read once + O written once, in the dtype (what `detattn bench` counts too)."""
+    b, hq, hkv, sq, skv, d = shape
+    return (2 * b * hq * sq * d + 2 * b * hkv * skv * d) * ELEM_BYTES[dt]
+
+
+def timed(fn, nsets, A):
+    """Median µs per launch: warm-up, then A.iters samples of A.per_sample launches per event pair."""
+    for i in range(A.warmup):
+        fn(i % nsets)
+    torch.cuda.synchronize()
+    ts, i = [], 0
+    for _ in range(A.iters):
+        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        st.record()
+        for _ in range(A.per_sample):
+            fn(i % nsets)
+            i += 1
+        en.record()
+        en.synchronize()
+        ts.append(st.elapsed_time(en) * 1000.0 / A.per_sample)
     return statistics.median(ts)
 
 
-def time_detattn(shape, dtype, causal):
-    b, h, s, d = shape
-    cmd = [BIN, "bench", "--backend", "cuda", "--batch", str(b), "--q-heads", str(h), "--kv-heads",
-           str(h), "--q-len", str(s), "--kv-len", str(s), "--head-dim", str(d), "--dtype", dtype,
-           "--warmup", str(WARMUP), "--iters", str(ITERS), "--rotate", str(ROTATE), "--json"]
+def copy_ceiling(A):
+    """TB/s of a 1 GiB device-to-device copy, counting read + write bytes (as the anchors did)."""
+    x = torch.randn(256 * 1024 * 1024, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    us = timed(lambda _i: y.copy_(x), 1, argparse.Namespace(warmup=3, iters=20, per_sample=1))
+    del x, y
+    torch.cuda.empty_cache()
+    return 2 * 256 * 1024 * 1024 * 4 / us / 1e6
+
+
+def time_sdpa(backend, shape, dt, causal, A):
+    """(µs per launch, how GQA was given) or raises (a backend that refuses the shape)."""
+    b, hq, hkv, sq, skv, d = shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    tdt = TORCH_DT[dt]
+    sets = [(torch.randn(b, hq, sq, d, device="cuda", dtype=tdt, generator=g),
+             torch.randn(b, hkv, skv, d, device="cuda", dtype=tdt, generator=g),
+             torch.randn(b, hkv, skv, d, device="cuda", dtype=tdt, generator=g)) for _ in range(A.rotate)]
+    try:
+        with sdpa_kernel([SDPA[backend]]):
+            if hq == hkv:
+                how = "mha"
+                call = lambda i: F.scaled_dot_product_attention(*sets[i], is_causal=causal)  # noqa: E731
+                call(0)
+            else:
+                try:
+                    how = "enable_gqa"
+                    call = lambda i: F.scaled_dot_product_attention(*sets[i], is_causal=causal, enable_gqa=True)  # noqa: E731
+                    call(0)
+                except Exception as ex:  # noqa: BLE001  refused (or an old torch): repeat K and V
+                    how = f"kv repeated (enable_gqa refused: {str(ex).splitlines()[0][:60]})"
+                    r = hq // hkv
+                    sets = [(q, k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)) for q, k, v in sets]
+                    call = lambda i: F.scaled_dot_product_attention(*sets[i], is_causal=causal)  # noqa: E731
+                    call(0)
+            torch.cuda.synchronize()
+            us = timed(call, len(sets), A)
+    finally:
+        del sets
+        torch.cuda.empty_cache()
+    return us, how
+
+
+def time_detattn(path, shape, dt, causal, A):
+    """(µs per launch, the bench's JSON) or raises RuntimeError with the CLI's message."""
+    b, hq, hkv, sq, skv, d = shape
+    cmd = [A.bin, "bench", "--backend", "cuda", "--path", path, "--batch", str(b), "--q-heads", str(hq),
+           "--kv-heads", str(hkv), "--q-len", str(sq), "--kv-len", str(skv), "--head-dim", str(d),
+           "--dtype", dt, "--warmup", str(A.warmup), "--iters", str(A.iters), "--rotate", str(A.rotate),
+           "--per-sample", str(A.per_sample), "--json"]
     if causal:
         cmd.append("--causal")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=550)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=A.timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"timeout after {A.timeout:.0f} s") from None
     if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()[:300]}")
-    return float(json.loads(r.stdout)["median_us"])
+        raise RuntimeError(f"exit {r.returncode}: {r.stderr.strip()[:240]}")
+    j = json.loads(r.stdout)
+    if j.get("per_sample", 1) != A.per_sample:
+        raise RuntimeError(f"the binary timed {j.get('per_sample')} launches per sample, not {A.per_sample}")
+    return float(j["median_us"]), j
+
+
+def measure(label, fn, row, key):
+    """Run one measurement; a failure goes into the row as text, never stops the command."""
+    t0 = time.time()
+    try:
+        val = fn()
+    except Exception as ex:  # noqa: BLE001
+        row[key] = f"error: {str(ex).strip()[:240]}"
+        print(f"  {label:<34} {row[key]}", flush=True)
+        return None
+    row[key] = val
+    us = val[0] if isinstance(val, tuple) else val
+    print(f"  {label:<34} {us:12.1f} µs   ({time.time() - t0:.1f} s)", flush=True)
+    return val
+
+
+def us_of(v):
+    return v if isinstance(v, float) else None
 
 
 def main():
+    A = parse_args()
     dev = torch.cuda.get_device_name()
-    print(f"device: {dev}; torch {torch.__version__}", flush=True)
-    rows = []
-    for wid, shape, dt, causal in WORKLOADS:
-        if QUICK and wid not in ("W1", "W2"):
-            continue
-        f = flops(*shape, causal)
-        r = {"id": wid, "shape": shape, "causal": causal, "sdpa": {}, "detattn": {}}
-        for be in ("flash", "cudnn", "efficient"):
-            try:
-                r["sdpa"][f"{be}_{dt}"] = time_sdpa(be, shape, TORCH_DT[dt], causal)
-            except Exception as ex:  # a backend that refuses a shape is reported, not fatal
-                r["sdpa"][f"{be}_{dt}"] = f"error: {str(ex)[:80]}"
-        try:
-            r["sdpa"]["efficient_f32"] = time_sdpa("efficient", shape, torch.float32, causal)
-        except Exception as ex:
-            r["sdpa"]["efficient_f32"] = f"error: {str(ex)[:80]}"
-        for our_dt in ("f32", dt):
-            try:
-                r["detattn"][f"exact_{our_dt}"] = time_detattn(shape, our_dt, causal)
-            except Exception as ex:
-                r["detattn"][f"exact_{our_dt}"] = f"error: {str(ex)[:200]}"
-        rows.append(r)
-        print(json.dumps(r), flush=True)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    proto = (f"{A.warmup} warm-up, median of {A.iters} samples of {A.per_sample} launch(es) per CUDA-event pair, "
+             f"{A.rotate} rotated input sets")
+    print(f"device: {dev}; torch {torch.__version__}; {date}\nprotocol: {proto}", flush=True)
+    res = {"device": dev, "torch": torch.__version__, "date_utc": date, "per_sample": A.per_sample,
+           "warmup": A.warmup, "iters": A.iters, "rotate": A.rotate, "workloads": A.ids,
+           "paths": sorted(A.path_set), "rows": []}
+    if "tensorcore" in A.path_set and "decode" in A.ids:
+        res["copy_TBps"] = copy_ceiling(A)
+        print(f"copy ceiling (1 GiB d2d, read + write bytes): {res['copy_TBps']:.3f} TB/s", flush=True)
 
-    print("\n| id | variant | µs | TF/s | vs SDPA eff f32 | vs flash | vs cuDNN |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        f = flops(*r["shape"], r["causal"])
-        ref = {k: v for k, v in r["sdpa"].items() if isinstance(v, float)}
-        dt = [k for k in r["sdpa"] if k.startswith("flash_")][0].split("_")[1]
-        for name, us in list(r["sdpa"].items()) + [("detattn " + k, v) for k, v in r["detattn"].items()]:
-            if not isinstance(us, float):
-                print(f"| {r['id']} | {name} | {us} | | | | |")
+    for wid in A.ids:
+        shape, dt, causal = WORKLOADS[wid]
+        row = {"id": wid, "shape": list(shape), "dtype": dt, "causal": causal,
+               "flops": flops(shape, causal), "bytes": bytes_moved(shape, dt), "sdpa": {}, "gqa": {},
+               "detattn": {}}
+        decode = wid == "decode"
+        if decode and "tensorcore" not in A.path_set:
+            continue  # decode is a TensorCore row only
+        print(f"{wid} B,Hq,Hkv,Sq,Skv,D={shape} {dt}{' causal' if causal else ''}", flush=True)
+        for be in ("flash", "cudnn"):
+            v = measure(f"SDPA {be} {dt}", lambda be=be: time_sdpa(be, shape, dt, causal, A), row["sdpa"], f"{be}_{dt}")
+            if v:
+                row["sdpa"][f"{be}_{dt}"], row["gqa"][f"{be}_{dt}"] = v
+        if "exact" in A.path_set and not decode:
+            v = measure("SDPA efficient f32", lambda: time_sdpa("efficient", shape, "f32", causal, A),
+                        row["sdpa"], "efficient_f32")
+            if v:
+                row["sdpa"]["efficient_f32"], row["gqa"]["efficient_f32"] = v
+            for our in ("f32", dt):
+                v = measure(f"detattn exact {our}", lambda our=our: time_detattn("exact", shape, our, causal, A),
+                            row["detattn"], f"exact_{our}")
+                if v:
+                    row["detattn"][f"exact_{our}"] = v[0]
+        if "tensorcore" in A.path_set:
+            v = measure(f"detattn tensorcore {dt}", lambda: time_detattn("tensorcore", shape, dt, causal, A),
+                        row["detattn"], f"tensorcore_{dt}")
+            if v:
+                row["detattn"][f"tensorcore_{dt}"] = v[0]
+                if abs(v[1].get("bytes", row["bytes"]) - row["bytes"]) > 0.5:
+                    print(f"  note: detattn counts {v[1]['bytes']} bytes, this script {row['bytes']}", flush=True)
+        res["rows"].append(row)
+        with open(A.out, "w") as fh:  # after every workload: a later failure keeps what was measured
+            json.dump(res, fh, indent=1)
+
+    print_tables(res, A, proto)
+    with open(A.out, "w") as fh:
+        json.dump(res, fh, indent=1)
+
+
+def fmt_ratio(us, ref):
+    return f"{us / ref:.2f}x" if us and ref else "n/a"
+
+
+def cell(v):
+    return f"{v:,.1f}".replace(",", " ") if isinstance(v, float) else str(v)
+
+
+def print_tables(res, A, proto):
+    print()
+    print(f"### detattn vs PyTorch SDPA — {res['device']}, {res['date_utc']}, torch {res['torch']}")
+    print()
+    print(f"Protocol: {proto}; µs per launch. Ratios = detattn time / SDPA time (> 1: detattn slower).")
+    if "copy_TBps" in res:
+        print(f"Copy ceiling measured in this command: {res['copy_TBps']:.3f} TB/s (1 GiB d2d, read + write).")
+    rows = {r["id"]: r for r in res["rows"]}
+    if "exact" in A.path_set and any(w in rows for w in PREFILL):
+        print("\n#### (a) Exact path\n")
+        print("| id | detattn dtype | detattn µs | TF/s | SDPA eff f32 µs | vs eff f32 | flash µs | vs flash | cuDNN µs | vs cuDNN |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for w in PREFILL:
+            if w not in rows:
                 continue
-
-            def ratio(key):
-                # ratio > 1 means detattn (or this row) is slower than the reference
-                return f"{us / ref[key]:.2f}x" if key in ref else "n/a"
-            print(f"| {r['id']} | {name} | {us:.1f} | {f / us / 1e6:.1f} | {ratio('efficient_f32')} | "
-                  f"{ratio('flash_' + dt)} | {ratio('cudnn_' + dt)} |")
-    with open(OUT, "w") as fh:
-        json.dump({"device": dev, "torch": torch.__version__, "rows": rows}, fh, indent=1)
+            r, dt = rows[w], rows[w]["dtype"]
+            eff, fl, cu = (us_of(r["sdpa"].get(k)) for k in ("efficient_f32", f"flash_{dt}", f"cudnn_{dt}"))
+            for our in ("f32", dt):
+                v = r["detattn"].get(f"exact_{our}")
+                us = us_of(v)
+                tf = f"{r['flops'] / us / 1e6:.1f}" if us else ""
+                print(f"| {w} | {our} | {cell(v)} | {tf} | {cell(r['sdpa'].get('efficient_f32'))} | "
+                      f"{fmt_ratio(us, eff)} | {cell(r['sdpa'].get(f'flash_{dt}'))} | {fmt_ratio(us, fl)} | "
+                      f"{cell(r['sdpa'].get(f'cudnn_{dt}'))} | {fmt_ratio(us, cu)} |")
+    if "tensorcore" in A.path_set and any(w in rows for w in PREFILL):
+        print("\n#### (b) TensorCore path\n")
+        print("| id | dtype | detattn µs | TF/s | flash µs | TF/s | vs flash | cuDNN µs | TF/s | vs cuDNN |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for w in PREFILL:
+            if w not in rows:
+                continue
+            r, dt = rows[w], rows[w]["dtype"]
+            v = r["detattn"].get(f"tensorcore_{dt}")
+            us = us_of(v)
+            fl, cu = us_of(r["sdpa"].get(f"flash_{dt}")), us_of(r["sdpa"].get(f"cudnn_{dt}"))
+            tf = lambda x: f"{r['flops'] / x / 1e6:.1f}" if x else ""  # noqa: E731
+            print(f"| {w} | {dt} | {cell(v)} | {tf(us)} | {cell(r['sdpa'].get(f'flash_{dt}'))} | {tf(fl)} | "
+                  f"{fmt_ratio(us, fl)} | {cell(r['sdpa'].get(f'cudnn_{dt}'))} | {tf(cu)} | {fmt_ratio(us, cu)} |")
+    if "decode" in rows:
+        r, dt = rows["decode"], rows["decode"]["dtype"]
+        ceil = res.get("copy_TBps")
+        print(f"\n#### (c) Decode (B,Hq,Hkv,Sq,Skv,D = {tuple(r['shape'])}, {dt}; "
+              f"{r['bytes'] / 1e9:.3f} GB moved: Q, K, V read once + O written once)\n")
+        print("| who | µs | GB/s | of copy ceiling | detattn vs this | how GQA is given |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        ours = us_of(r["detattn"].get(f"tensorcore_{dt}"))
+        entries = [("detattn tensorcore", r["detattn"].get(f"tensorcore_{dt}"), "native (kv_heads = 8)")]
+        entries += [(f"SDPA {be}", r["sdpa"].get(f"{be}_{dt}"), r["gqa"].get(f"{be}_{dt}", ""))
+                    for be in ("flash", "cudnn")]
+        for who, v, how in entries:
+            us = us_of(v)
+            gbs = r["bytes"] / us / 1e3 if us else None
+            frac = f"{gbs / (ceil * 1e3):.0%}" if gbs and ceil else ""
+            vs = "" if who.startswith("detattn") else fmt_ratio(ours, us)
+            print(f"| {who} | {cell(v)} | {f'{gbs:.0f}' if gbs else ''} | {frac} | {vs} | {how} |")
+        if ceil:
+            print(f"\nCopy ceiling {ceil * 1e3:.0f} GB/s counts read + write bytes; decode bytes count each "
+                  "byte once, so a kernel near the ceiling can exceed it.")
 
 
 if __name__ == "__main__":

@@ -158,6 +158,163 @@ fn bench_json_has_the_fields_the_scripts_read() {
 }
 
 #[test]
+fn bench_json_reports_per_sample_and_bytes_moved() {
+    // B=1 H=2 S=32 D=16 f16: Q, K, V, O of 1024 elements each, 2 bytes: 8192 bytes moved;
+    // FLOPs 4·1·2·32·32·16 = 131072, 16 per byte.
+    let o = detattn(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--q-heads",
+        "2",
+        "--q-len",
+        "32",
+        "--head-dim",
+        "16",
+        "--dtype",
+        "f16",
+        "--warmup",
+        "0",
+        "--iters",
+        "2",
+        "--rotate",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+    assert_eq!(v["per_sample"], 1);
+    assert_eq!(v["bytes"].as_f64(), Some(8192.0));
+    assert_eq!(v["flops"].as_f64(), Some(131072.0));
+    assert_eq!(v["flop_per_byte"].as_f64(), Some(16.0));
+    let (us, gbps) = (
+        v["median_us"].as_f64().unwrap(),
+        v["gbps"].as_f64().unwrap(),
+    );
+    assert!((gbps - 8192.0 / us / 1e3).abs() <= 1e-9 * gbps, "{v}");
+
+    // The human report says how many launches a sample holds only on a GPU; on the CPU it
+    // shows the traffic line.
+    let o = detattn(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--q-heads",
+        "2",
+        "--q-len",
+        "32",
+        "--head-dim",
+        "16",
+        "--warmup",
+        "0",
+        "--iters",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("bytes") && l.contains("GB/s")),
+        "{out}"
+    );
+}
+
+#[test]
+fn bench_per_sample_is_a_gpu_option() {
+    let o = detattn(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--q-len",
+        "8",
+        "--per-sample",
+        "10",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("error: --per-sample 10: launches per sample apply to GPU timing"),
+        "{err}"
+    );
+    assert!(err.contains("use --per-sample 1 there"), "{err}");
+    // 0 is refused by the flag's range; 1 is fine on the CPU.
+    let o = detattn(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--q-len",
+        "8",
+        "--per-sample",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("0 is not in 1..=10000"),
+        "{}",
+        stderr(&o)
+    );
+    let o = detattn(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--q-len",
+        "8",
+        "--iters",
+        "1",
+        "--per-sample",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// What the TensorCore path takes is checked before a backend is opened, with the library's
+/// typed errors, so these messages are the same on a machine with a GPU and without one.
+#[cfg(feature = "cuda")]
+#[test]
+fn bench_tensorcore_errors_are_the_library_messages() {
+    let w1 = ["--q-heads", "2", "--q-len", "64"];
+    for (extra, msg) in [
+        (
+            &["--backend", "cpu", "--dtype", "bf16"][..],
+            "error: the tensorcore path is not available on the cpu backend: tensor cores are a \
+             GPU feature; use Path::Exact on the CPU",
+        ),
+        (
+            &["--dtype", "f32"][..],
+            "error: the tensorcore path takes f16, bf16 inputs, got f32",
+        ),
+        (
+            &["--backend", "cpu", "--dtype", "f32"][..],
+            "error: the tensorcore path takes f16, bf16 inputs, got f32",
+        ),
+        (
+            &["--dtype", "f16", "--head-dim", "96"][..],
+            "error: the tensorcore path takes head_dim in 64, 128, 256, got 96",
+        ),
+        (
+            &[
+                "--dtype",
+                "bf16",
+                "--head-dim",
+                "32",
+                "--backend",
+                "cuda:4096",
+            ][..],
+            "error: the tensorcore path takes head_dim in 64, 128, 256, got 32",
+        ),
+    ] {
+        let mut args = vec!["bench", "--path", "tensorcore"];
+        args.extend_from_slice(&w1);
+        args.extend_from_slice(extra);
+        let o = detattn(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end(), msg, "{args:?}");
+        assert!(stdout(&o).is_empty(), "{args:?}");
+    }
+}
+
+#[test]
 fn validation_errors_exit_2_with_the_library_message() {
     for (args, msg) in [
         (
@@ -177,7 +334,15 @@ fn validation_errors_exit_2_with_the_library_message() {
             "kv_lens[1] must be in 0..=1024",
         ),
         (
-            &["run", "--backend", "cpu", "--path", "tensorcore"][..],
+            &[
+                "run",
+                "--backend",
+                "cpu",
+                "--path",
+                "tensorcore",
+                "--dtype",
+                "bf16",
+            ][..],
             "the tensorcore path is not available on the cpu backend",
         ),
         (

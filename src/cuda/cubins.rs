@@ -5,9 +5,11 @@
 //! SHA-256 is compared with the manifest's; a mismatch is [`Error::CubinIntegrity`], never a
 //! fallback to another binary.
 //!
-//! **For testing only** (the D7 compiler-independence check): when the environment variable
-//! `DETATTN_TEST_CUBIN_DIR` names a folder, `exact.<arch>.cubin` is read from that folder instead
-//! and checked against the `manifest.json` in the same folder. Production code never sets it.
+//! **For testing only** (the D7 compiler-independence check, the planted-leak timing tests): when
+//! the environment variable `DETATTN_TEST_CUBIN_DIR` names a folder, `exact.<arch>.cubin` and
+//! `tensorcore.<arch>.cubin` are read from that folder instead and checked against the
+//! `manifest.json` in the same folder; a cubin missing there is an error, never a fall-back to
+//! the embedded one (a test must know which binary it timed). Production code never sets it.
 
 use crate::error::{Error, Result};
 use sha2::{Digest as _, Sha256};
@@ -40,7 +42,8 @@ static EMBEDDED: [(&str, &[u8]); 4] = [
 ];
 
 /// The `TensorCore` kernel binaries (kernels/tensorcore.cu), one per architecture in [`ARCHS`]
-/// order, in the same manifest. The test-only folder override does not apply to them.
+/// order, in the same manifest. The test-only folder override applies to them as to the `Exact`
+/// ones (module docs).
 static TC_EMBEDDED: [(&str, &[u8]); 4] = [
     (
         "tensorcore.sm_80.cubin",
@@ -60,9 +63,13 @@ static TC_EMBEDDED: [(&str, &[u8]); 4] = [
     ),
 ];
 
-/// The verified `TensorCore` cubin for `arch` and its file name (always the embedded one).
+/// The verified `TensorCore` cubin for `arch` and its file name: the embedded one, or under the
+/// test override the folder's (its name then says `(test override)`).
 pub(crate) fn load_tensorcore(arch: &str) -> Result<(&'static [u8], &'static str)> {
     let file = format!("tensorcore.{arch}.cubin");
+    if let Some(dir) = std::env::var_os(TEST_CUBIN_DIR_ENV) {
+        return load_override_static(&std::path::PathBuf::from(dir), &file);
+    }
     let (name, bytes) = TC_EMBEDDED
         .iter()
         .find(|(f, _)| *f == file)
@@ -160,25 +167,52 @@ pub(crate) fn arch_of(major: i32, minor: i32) -> Option<&'static str> {
     ARCHS.iter().copied().find(|a| *a == name)
 }
 
+/// `file` from the test folder `dir`, checked against the folder's `manifest.json`; the bytes and
+/// where they came from (`DIR/FILE (test override)`).
+fn load_override(dir: &std::path::Path, file: &str) -> Result<(Vec<u8>, String)> {
+    let read = |name: &str| {
+        std::fs::read(dir.join(name)).map_err(|e| Error::CubinIntegrity {
+            file: format!("{}", dir.join(name).display()),
+            expected: "a readable file".into(),
+            actual: e.to_string(),
+        })
+    };
+    let bytes = read(file)?;
+    let manifest = String::from_utf8_lossy(&read("manifest.json")?).into_owned();
+    verify(file, &bytes, &manifest)?;
+    Ok((
+        bytes,
+        format!("{} (test override)", dir.join(file).display()),
+    ))
+}
+
+/// [`load_override`] with `'static` results, as the `TensorCore` loader hands them out (its
+/// cubin and name live as long as the process when embedded). Each distinct override file is
+/// read and leaked once per process, so repeated backends do not leak more: test-only memory,
+/// a few MB at most.
+fn load_override_static(
+    dir: &std::path::Path,
+    file: &str,
+) -> Result<(&'static [u8], &'static str)> {
+    type Loaded = Vec<(std::path::PathBuf, &'static [u8], &'static str)>;
+    static LOADED: std::sync::Mutex<Loaded> = std::sync::Mutex::new(Vec::new());
+    let path = dir.join(file);
+    // A poisoned lock only means another thread panicked while holding it; the list is intact.
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, bytes, name)) = loaded.iter().find(|(p, _, _)| *p == path) {
+        return Ok((*bytes, *name));
+    }
+    let (bytes, name) = load_override(dir, file)?;
+    let (bytes, name): (&'static [u8], &'static str) = (Vec::leak(bytes), String::leak(name));
+    loaded.push((path, bytes, name));
+    Ok((bytes, name))
+}
+
 /// The verified cubin bytes for `arch`, and where they came from (`embedded` or the test folder).
 pub(crate) fn load(arch: &str) -> Result<(Vec<u8>, String)> {
     let file = format!("exact.{arch}.cubin");
     if let Some(dir) = std::env::var_os(TEST_CUBIN_DIR_ENV) {
-        let dir = std::path::PathBuf::from(dir);
-        let read = |name: &str| {
-            std::fs::read(dir.join(name)).map_err(|e| Error::CubinIntegrity {
-                file: format!("{}", dir.join(name).display()),
-                expected: "a readable file".into(),
-                actual: e.to_string(),
-            })
-        };
-        let bytes = read(&file)?;
-        let manifest = String::from_utf8_lossy(&read("manifest.json")?).into_owned();
-        verify(&file, &bytes, &manifest)?;
-        return Ok((
-            bytes,
-            format!("{} (test override)", dir.join(&file).display()),
-        ));
+        return load_override(&std::path::PathBuf::from(dir), &file);
     }
     let bytes = EMBEDDED
         .iter()
@@ -219,6 +253,51 @@ mod tests {
         }
         // And an entry missing from the manifest is one too.
         assert!(verify("nope.cubin", &bytes, MANIFEST).is_err());
+    }
+
+    #[test]
+    fn the_test_override_reads_the_folder_and_never_falls_back() {
+        // A folder holding a copy of the embedded sm_90 tensorcore cubin and its manifest entry
+        // (called directly: setting the variable would race with the other tests).
+        let dir =
+            std::env::temp_dir().join(format!("detattn-cubin-override-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, bytes) = TC_EMBEDDED[3];
+        std::fs::write(dir.join(file), bytes).unwrap();
+        let manifest = format!(
+            r#"[{{"file": "{file}", "sha256": "{}"}}]"#,
+            sha256_hex(bytes)
+        );
+        std::fs::write(dir.join("manifest.json"), manifest).unwrap();
+
+        let (b1, name) = load_override_static(&dir, file).unwrap();
+        assert_eq!(b1, bytes);
+        assert!(
+            name.ends_with("tensorcore.sm_90.cubin (test override)"),
+            "{name}"
+        );
+        // Read once per process: the same leaked bytes the second time.
+        let (b2, _) = load_override_static(&dir, file).unwrap();
+        assert!(std::ptr::eq(b1, b2));
+        // A cubin missing from the folder is an error, not the embedded one.
+        assert!(matches!(
+            load_override_static(&dir, "tensorcore.sm_80.cubin"),
+            Err(Error::CubinIntegrity { .. })
+        ));
+        // A cubin that does not match the folder's manifest is an error.
+        let mut bad = bytes.to_vec();
+        bad[100] ^= 1;
+        std::fs::write(dir.join("exact.sm_90.cubin"), &bad).unwrap();
+        let m2 = format!(
+            r#"[{{"file": "exact.sm_90.cubin", "sha256": "{}"}}]"#,
+            sha256_hex(bytes)
+        );
+        std::fs::write(dir.join("manifest.json"), m2).unwrap();
+        assert!(matches!(
+            load_override(&dir, "exact.sm_90.cubin"),
+            Err(Error::CubinIntegrity { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -28,6 +28,15 @@ pub use tensorcore::{
     TENSORCORE_HEAD_DIMS, golden_digest, tensorcore_expected_digests, tensorcore_supports,
 };
 
+/// What the `TensorCore` path takes — element type, head dim, NaN policy, launch limits —
+/// checked without a GPU: the same typed errors ([`Error::DTypeUnsupported`],
+/// [`Error::HeadDimUnsupported`], [`Error::PathUnavailable`], [`Error::DimensionOutOfRange`])
+/// its entry points return before any work. For tools that report them on any machine (the CLI
+/// checks a `--path tensorcore` problem before it opens a backend).
+pub fn tensorcore_check(p: &Problem, dtype: DType) -> Result<()> {
+    tensorcore::validate(p, dtype)
+}
+
 /// A GPU as seen by the probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -318,3 +327,74 @@ impl CudaBackend {
         }
     }
 }
+
+// ============================================================================================
+// TEMPORARY STUB (branch tc-tools) — DROP THIS WHOLE BLOCK AT MERGE.
+//
+// The TensorCore engineer's branch adds the real `bench_path` and `time_launch_path` to
+// `impl CudaBackend` (same signatures). These stand-ins let the tools (`detattn bench --path`,
+// `--per-sample`, `detattn-dudect --path tensorcore`) build and run against the `Exact` path
+// before then: `Exact` with one launch per sample delegates to `bench` / `time_launch`;
+// everything else is a typed error, never a silent substitute.
+// ============================================================================================
+#[allow(clippy::too_many_arguments)]
+impl CudaBackend {
+    /// Like `bench`, for either path. `per_sample` launches (each a whole call's GPU work,
+    /// cycling the rotated input sets) run back to back between one pair of CUDA events; the
+    /// figures are per launch. `per_sample = 1` is the anchors' protocol.
+    ///
+    /// STUB: `Exact` with `per_sample <= 1` only.
+    pub fn bench_path(
+        &self,
+        path: Path,
+        p: &Problem,
+        dtype: DType,
+        seed: u64,
+        warmup: usize,
+        iters: usize,
+        rotate: usize,
+        per_sample: usize,
+    ) -> Result<BenchResult> {
+        match path {
+            Path::Exact if per_sample <= 1 => self.bench(p, dtype, seed, warmup, iters, rotate),
+            Path::Exact => Err(Error::PathUnavailable {
+                path,
+                backend: self.describe(),
+                reason: "per_sample > 1 is not implemented in this build (tc-tools stub of \
+                         CudaBackend::bench_path)",
+            }),
+            Path::TensorCore => Err(stub_unavailable(self)),
+        }
+    }
+
+    /// Like `time_launch`, for either path: events around exactly the GPU work the device entry
+    /// point enqueues for this problem and policy (whatever the values).
+    ///
+    /// STUB: `Exact` only.
+    pub fn time_launch_path<T: Element + DeviceRepr>(
+        &self,
+        path: Path,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &mut CudaSlice<T>,
+    ) -> Result<f32> {
+        match path {
+            Path::Exact => self.time_launch(stream, p, q, k, v, mask, out),
+            Path::TensorCore => Err(stub_unavailable(self)),
+        }
+    }
+}
+
+fn stub_unavailable(b: &CudaBackend) -> Error {
+    Error::PathUnavailable {
+        path: Path::TensorCore,
+        backend: b.describe(),
+        reason: "timing the tensorcore path is not implemented in this build (tc-tools stub of \
+                 CudaBackend::bench_path / time_launch_path)",
+    }
+}
+// ============================================================================ END OF STUB ===

@@ -1,4 +1,5 @@
-//! `detattn-dudect`: a dudect-style constant-time test of the `Exact` path (DESIGN.md §5).
+//! `detattn-dudect`: a dudect-style constant-time test of the `Exact` and `TensorCore` paths
+//! (DESIGN.md §5).
 //!
 //! For each input class (zeros, subnormals, huge, non-finite, one-hot peaked scores, all masked,
 //! all attending)
@@ -13,10 +14,12 @@
 //! noise alone gives.
 //!
 //! Timers: on the CPU, `std::time::Instant` (nanoseconds) around one `Engine::run_into` on a
-//! single-threaded engine; with `--backend cuda`, CUDA events around one launch
-//! (`CudaBackend::time_launch`, device-resident inputs). Inputs are copied into the same buffers
-//! before every measurement (outside the timed region), so every class runs at the same addresses
-//! with the same cache state.
+//! single-threaded engine (`Exact`, f32); with `--backend cuda`, CUDA events around one call's GPU
+//! work on device-resident inputs (`CudaBackend::time_launch_path`, `--path exact|tensorcore`,
+//! `--dtype f32|f16|bf16`; the tensorcore path takes f16 and bf16 and defaults to bf16). Inputs
+//! are copied into the same buffers before every measurement (outside the timed region), so every
+//! class runs at the same addresses with the same cache state. The classes are generated for the
+//! element type (`classes.rs`: "huge" near *its* largest value, *its* subnormals).
 //!
 //! Every class runs under `NonFinitePolicy::Propagate`, so that non-finite input is computed on
 //! (under the default `Reject`, it is refused before any work: that it existed is public by
@@ -27,16 +30,19 @@
 //! `copy` (operation for operation, so it reproduces the library's timing), `copy-hardened`
 //! (with the fixes for the leaks this harness found in the library) and `leaky` (or `--leaky`:
 //! the hardened copy plus two planted data-dependent shortcuts, to show the harness detects a
-//! leak). All three give the library's bits, checked before measuring.
+//! leak). All three give the library's bits, checked before measuring. On a GPU the planted leak
+//! is a leaky cubin loaded through the test-only `DETATTN_TEST_CUBIN_DIR` (docs/audit.md).
 
 mod classes;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod tile_copy;
 mod welch;
 
 use clap::{Parser, ValueEnum};
 use classes::{Class, InputSet};
 use detattn::inputs::SplitMix64;
-use detattn::{Engine, MaskLayout, NonFinitePolicy, Problem, Shape};
+use detattn::{Backend, DType, Engine, MaskLayout, NonFinitePolicy, Path, Problem, Shape};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -73,6 +79,13 @@ struct Args {
     /// `cpu`, or `cuda` / `cuda:N` (needs the `cuda` feature and a GPU).
     #[arg(long, default_value = "cpu")]
     backend: String,
+    /// Arithmetic path: `exact` (CPU or GPU) or `tensorcore` (GPU only).
+    #[arg(long, default_value = "exact")]
+    path: Path,
+    /// Element type of Q, K, V [default: f32 on the exact path, bf16 on the tensorcore path].
+    /// The CPU harness times f32 only.
+    #[arg(long)]
+    dtype: Option<DType>,
     /// What to time.
     #[arg(long, value_enum, default_value_t = Kernel::Library)]
     kernel: Kernel,
@@ -97,30 +110,68 @@ struct Args {
     /// Batch.
     #[arg(long, default_value_t = 1)]
     batch: usize,
-    /// Query heads (= KV heads).
-    #[arg(long, default_value_t = 2)]
-    heads: usize,
-    /// Query length.
-    #[arg(long, default_value_t = 64)]
-    q_len: usize,
-    /// Key length (128: two tiles, so the rescale between tiles is exercised).
-    #[arg(long, default_value_t = 128)]
-    kv_len: usize,
-    /// Head dimension.
+    /// Query heads (= KV heads) [default: 2; tensorcore 8].
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Query length [default: 64; tensorcore 256, two blocks of 128 rows per head].
+    #[arg(long)]
+    q_len: Option<usize>,
+    /// Key length [default: 128, two Exact tiles; tensorcore 256, four tiles of 64 keys (eight
+    /// of 32 at head_dim 256)], so that the rescale between tiles is exercised.
+    #[arg(long)]
+    kv_len: Option<usize>,
+    /// Head dimension (the tensorcore path takes 64, 128, 256).
     #[arg(long, default_value_t = 64)]
     head_dim: usize,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON document to FILE (the table still goes to stdout): one run gives
+    /// the log and the machine-readable result.
+    #[arg(long, value_name = "FILE")]
+    json_out: Option<std::path::PathBuf>,
     /// Succeed iff some class reaches max |t| > 10 (for the planted leak); default: succeed iff
     /// every class has max |t| < 4.5 (max over the raw and the cropped tests).
     #[arg(long)]
     expect_leak: bool,
 }
 
+/// What is timed, with the per-path defaults filled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Config {
+    path: Path,
+    dtype: DType,
+    batch: usize,
+    heads: usize,
+    q_len: usize,
+    kv_len: usize,
+    head_dim: usize,
+}
+
+impl Args {
+    fn config(&self) -> Config {
+        let tc = self.path == Path::TensorCore;
+        let pick = |v: Option<usize>, exact: usize, tensorcore: usize| {
+            v.unwrap_or(if tc { tensorcore } else { exact })
+        };
+        Config {
+            path: self.path,
+            dtype: self
+                .dtype
+                .unwrap_or(if tc { DType::Bf16 } else { DType::F32 }),
+            batch: self.batch,
+            heads: pick(self.heads, 2, 8),
+            q_len: pick(self.q_len, 64, 256),
+            kv_len: pick(self.kv_len, 128, 256),
+            head_dim: self.head_dim,
+        }
+    }
+}
+
 /// The two problems: the value classes run on `plain`, the mask classes on `masked` (same
 /// shapes plus a full `[B, Hq, Sq, Skv]` mask).
 struct Setup {
+    cfg: Config,
     plain: Problem,
     masked: Problem,
     pools: BTreeMap<&'static str, Vec<InputSet>>,
@@ -128,7 +179,15 @@ struct Setup {
 
 impl Setup {
     fn new(a: &Args, classes: &[Class]) -> Result<Setup, String> {
-        let shape = Shape::new(a.batch, a.heads, a.heads, a.q_len, a.kv_len, a.head_dim);
+        let cfg = a.config();
+        let shape = Shape::new(
+            cfg.batch,
+            cfg.heads,
+            cfg.heads,
+            cfg.q_len,
+            cfg.kv_len,
+            cfg.head_dim,
+        );
         let build = |mask: bool| {
             let b = Problem::builder(shape).nonfinite(NonFinitePolicy::Propagate);
             let b = if mask { b.mask(MaskLayout::FULL) } else { b };
@@ -143,17 +202,19 @@ impl Setup {
                 .map(|_| {
                     classes::generate(
                         c,
+                        cfg.dtype,
                         &mut g,
                         shape.q_elems(),
                         shape.kv_elems(),
                         maskn,
-                        (a.batch * a.heads, a.kv_len, a.head_dim),
+                        (cfg.batch * cfg.heads, cfg.kv_len, cfg.head_dim),
                     )
                 })
                 .collect();
             pools.insert(c.name(), sets);
         }
         Ok(Setup {
+            cfg,
             plain,
             masked,
             pools,
@@ -287,122 +348,6 @@ impl Timer for CpuTimer<'_> {
     }
 }
 
-#[cfg(feature = "cuda")]
-mod gpu {
-    //! `--backend cuda`: CUDA events around one launch (`CudaBackend::time_launch`).
-
-    use super::{Class, Setup, Timer};
-    use detattn::cuda::{CudaSlice, CudaStream};
-    use detattn::{Backend, Engine, Path};
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
-    type DevSet = (
-        CudaSlice<f32>,
-        CudaSlice<f32>,
-        CudaSlice<f32>,
-        Option<CudaSlice<u8>>,
-    );
-
-    pub struct GpuTimer<'a> {
-        setup: &'a Setup,
-        engine: Engine,
-        stream: Arc<CudaStream>,
-        sets: BTreeMap<&'static str, Vec<DevSet>>,
-        q: CudaSlice<f32>,
-        k: CudaSlice<f32>,
-        v: CudaSlice<f32>,
-        mask: CudaSlice<u8>,
-        out: CudaSlice<f32>,
-    }
-
-    fn err(e: impl std::fmt::Display) -> String {
-        e.to_string()
-    }
-
-    impl<'a> GpuTimer<'a> {
-        pub fn new(setup: &'a Setup, ordinal: usize) -> Result<Self, String> {
-            let engine = Engine::new(Backend::Cuda(ordinal), Path::Exact).map_err(err)?;
-            let cb = engine.cuda().ok_or("not a CUDA engine")?;
-            let stream = cb.stream();
-            let mut sets = BTreeMap::new();
-            for (name, pool) in &setup.pools {
-                let mut dev = Vec::new();
-                for s in pool {
-                    let m = match &s.mask {
-                        Some(m) => {
-                            let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
-                            Some(stream.clone_htod(&bytes).map_err(err)?)
-                        }
-                        None => None,
-                    };
-                    dev.push((
-                        stream.clone_htod(&s.q).map_err(err)?,
-                        stream.clone_htod(&s.k).map_err(err)?,
-                        stream.clone_htod(&s.v).map_err(err)?,
-                        m,
-                    ));
-                }
-                sets.insert(*name, dev);
-            }
-            let sh = setup.plain.shape();
-            let mn: usize = setup.masked.mask_dims().iter().product();
-            let q = stream.alloc_zeros::<f32>(sh.q_elems()).map_err(err)?;
-            let k = stream.alloc_zeros::<f32>(sh.kv_elems()).map_err(err)?;
-            let v = stream.alloc_zeros::<f32>(sh.kv_elems()).map_err(err)?;
-            let mask = stream.alloc_zeros::<u8>(mn).map_err(err)?;
-            let out = stream.alloc_zeros::<f32>(sh.q_elems()).map_err(err)?;
-            Ok(GpuTimer {
-                setup,
-                engine,
-                stream,
-                sets,
-                q,
-                k,
-                v,
-                mask,
-                out,
-            })
-        }
-    }
-
-    impl Timer for GpuTimer<'_> {
-        fn measure(&mut self, c: Class, set: usize) -> Result<f64, String> {
-            let (q, k, v, m) = &self.sets[c.name()][set];
-            // Into the same device buffers every time (untimed; the stream orders it before
-            // the launch's first event).
-            self.stream.memcpy_dtod(q, &mut self.q).map_err(err)?;
-            self.stream.memcpy_dtod(k, &mut self.k).map_err(err)?;
-            self.stream.memcpy_dtod(v, &mut self.v).map_err(err)?;
-            if let Some(m) = m {
-                self.stream.memcpy_dtod(m, &mut self.mask).map_err(err)?;
-            }
-            let cb = self.engine.cuda().ok_or("not a CUDA engine")?;
-            let p = self.setup.problem(c);
-            let mask = c.masked().then_some(&self.mask);
-            let us = cb
-                .time_launch(
-                    &self.stream,
-                    p,
-                    &self.q,
-                    &self.k,
-                    &self.v,
-                    mask,
-                    &mut self.out,
-                )
-                .map_err(err)?;
-            Ok(f64::from(us) * 1000.0)
-        }
-
-        fn describe(&self) -> String {
-            format!(
-                "{} (kernel: library, CudaBackend::time_launch), timer CUDA events (µs, reported in ns)",
-                self.engine.describe()
-            )
-        }
-    }
-}
-
 /// One class's result.
 struct Row {
     /// max(|t|, every cropped |t|): the statistic of the verdict, as dudect reports it.
@@ -412,6 +357,8 @@ struct Row {
     n: usize,
     mean: f64,
     base_mean: f64,
+    median: f64,
+    base_median: f64,
     t: f64,
     crops: Vec<(f64, f64)>,
 }
@@ -463,16 +410,29 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         }
     }
     let setup = Setup::new(a, &all)?;
+    let cfg = setup.cfg;
 
     let mut timer: Box<dyn Timer + '_> = match a.backend.as_str() {
         "cpu" => {
+            // The library's own refusal of the path on the CPU (tensor cores are a GPU feature).
+            Engine::new(Backend::Cpu, cfg.path).map_err(|e| e.to_string())?;
+            if cfg.dtype != DType::F32 {
+                return Err(format!(
+                    "--dtype {}: the CPU harness times f32 inputs (its copies of the tile loop \
+                     are f32); time f16/bf16 with --backend cuda",
+                    cfg.dtype
+                ));
+            }
             let mut t = CpuTimer::new(&setup, a.threads, a.kernel)?;
             if a.kernel != Kernel::Library {
                 t.check_copy_is_faithful(&all)?;
             }
             Box::new(t)
         }
-        b if b == "cuda" || b.starts_with("cuda:") => gpu_timer(&setup, b, a.kernel)?,
+        b if b == "cuda" || b.starts_with("cuda:") => {
+            check_path(&setup)?;
+            gpu_timer(&setup, b, a.kernel)?
+        }
         b => {
             return Err(format!(
                 "unknown backend {b:?}: expected cpu, cuda or cuda:N"
@@ -526,6 +486,8 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             n: xs.len(),
             mean: mx.mean,
             base_mean: my.mean,
+            median: median(xs),
+            base_median: median(ys),
             t: welch_t(&mx, &my),
             crops: cropped_t(xs, ys, &CROPS),
             t_max: 0.0,
@@ -546,20 +508,25 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     let ok = if a.expect_leak { leak_found } else { all_pass };
     let s = setup.plain.shape();
     let problem = format!(
-        "B={} Hq={} Hkv={} Sq={} Skv={} D={} f32, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask",
-        s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim
+        "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}, path {}, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask",
+        s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim, cfg.dtype, cfg.path
     );
     let unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
 
-    if a.json {
-        let j = serde_json::json!({
+    let j = serde_json::json!({
             "tool": "detattn-dudect",
             "unix_time": unix,
             "cpu_model": cpu_model(),
             "backend": timer.describe(),
             "problem": problem,
+            "path": cfg.path.name(),
+            "dtype": cfg.dtype.name(),
+            "shape": {
+                "batch": s.batch, "q_heads": s.q_heads, "kv_heads": s.kv_heads,
+                "q_len": s.q_len, "kv_len": s.kv_len, "head_dim": s.head_dim,
+            },
             "n_per_class": a.n,
             "seed": a.seed,
             "seconds": elapsed,
@@ -576,17 +543,22 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                 "n": r.n,
                 "mean_ns": r.mean,
                 "baseline_mean_ns": r.base_mean,
+                "median_ns": r.median,
+                "baseline_median_ns": r.base_median,
                 "t": r.t,
                 "cropped": r.crops.iter().map(|(p, t)| serde_json::json!({"percentile": p, "t": t})).collect::<Vec<_>>(),
                 "t_max": r.t_max,
                 "pass": r.t_max < T_PASS,
             })).collect::<Vec<_>>(),
             "ok": ok,
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
-        );
+    });
+    let text = serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?;
+    if let Some(path) = &a.json_out {
+        std::fs::write(path, format!("{text}\n"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if a.json {
+        println!("{text}");
     } else {
         println!("detattn-dudect  {}", timer.describe());
         println!("  cpu: {}   unix time {unix}", cpu_model());
@@ -596,15 +568,25 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             a.n, a.seed, elapsed
         );
         println!(
-            "  {:<16} {:<12} {:>7} {:>12} {:>12} {:>8} {:>18}  verdict (max |t| < {T_PASS})",
-            "class", "vs", "n", "mean ns", "base ns", "t", "cropped max |t|"
+            "  {:<16} {:<12} {:>7} {:>11} {:>11} {:>11} {:>11} {:>8} {:>18}  verdict (max |t| < {T_PASS})",
+            "class",
+            "vs",
+            "n",
+            "median ns",
+            "base med",
+            "mean ns",
+            "base mean",
+            "t",
+            "cropped max |t|"
         );
         let (p, t) = max_crop(&aa.2);
         println!(
-            "  {:<16} {:<12} {:>7} {:>12.0} {:>12.0} {:>8.2} {:>11.2} @p{:<4}  control",
+            "  {:<16} {:<12} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>8.2} {:>11.2} @p{:<4}  control",
             format!("{}(A/A)", aa_class.name()),
             aa_class.name(),
             aa.0.n,
+            median(&even),
+            median(&odd),
             aa.0.mean,
             aa.1.mean,
             welch_t(&aa.0, &aa.1),
@@ -614,10 +596,12 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         for r in &rows {
             let (p, t) = max_crop(&r.crops);
             println!(
-                "  {:<16} {:<12} {:>7} {:>12.0} {:>12.0} {:>8.2} {:>11.2} @p{:<4}  {}",
+                "  {:<16} {:<12} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>8.2} {:>11.2} @p{:<4}  {}",
                 r.class.name(),
                 r.base.name(),
                 r.n,
+                r.median,
+                r.base_median,
                 r.mean,
                 r.base_mean,
                 r.t,
@@ -643,18 +627,48 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     })
 }
 
+/// Median of a non-empty sample (mean of the middle two for an even count).
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// What the path takes (element type, head dim, policy), with the library's typed errors, before
+/// a GPU is opened: these do not depend on the machine.
+#[cfg(feature = "cuda")]
+fn check_path(setup: &Setup) -> Result<(), String> {
+    match setup.cfg.path {
+        Path::Exact => Ok(()),
+        Path::TensorCore => detattn::cuda::tensorcore_check(&setup.plain, setup.cfg.dtype)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn check_path(_: &Setup) -> Result<(), String> {
+    Ok(())
+}
+
 #[cfg(feature = "cuda")]
 fn gpu_timer<'a>(setup: &'a Setup, b: &str, kernel: Kernel) -> Result<Box<dyn Timer + 'a>, String> {
     if kernel != Kernel::Library {
         return Err(
-            "--kernel copy/leaky/copy-hardened are CPU tile loops; use --backend cpu".into(),
+            "--kernel copy/leaky/copy-hardened are CPU tile loops; use --backend cpu (on a GPU the \
+             planted leak is a leaky cubin: DETATTN_TEST_CUBIN_DIR, docs/audit.md)"
+                .into(),
         );
     }
     let ordinal = match b.strip_prefix("cuda:") {
         Some(n) => n.parse().map_err(|_| format!("bad GPU ordinal in {b:?}"))?,
         None => 0,
     };
-    Ok(Box::new(gpu::GpuTimer::new(setup, ordinal)?))
+    gpu::timer(setup, ordinal)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -678,6 +692,95 @@ mod tests {
         ];
         v.extend_from_slice(extra);
         Args::parse_from(v)
+    }
+
+    #[test]
+    fn each_path_has_its_defaults() {
+        let parse = |v: &[&str]| Args::parse_from([&["detattn-dudect"][..], v].concat()).config();
+        let exact = parse(&[]);
+        assert_eq!(exact.path, Path::Exact);
+        assert_eq!(exact.dtype, DType::F32);
+        assert_eq!((exact.heads, exact.q_len, exact.kv_len), (2, 64, 128));
+        let tc = parse(&["--path", "tensorcore"]);
+        assert_eq!(tc.dtype, DType::Bf16);
+        assert_eq!(
+            (tc.heads, tc.q_len, tc.kv_len, tc.head_dim),
+            (8, 256, 256, 64)
+        );
+        // At least two key tiles (64 keys per tile at head_dim 64 and 128, 32 at 256).
+        assert!(tc.kv_len >= 2 * 64);
+        let tc = parse(&[
+            "--path",
+            "tensorcore",
+            "--dtype",
+            "f16",
+            "--head-dim",
+            "128",
+            "--kv-len",
+            "512",
+        ]);
+        assert_eq!((tc.dtype, tc.head_dim, tc.kv_len), (DType::F16, 128, 512));
+    }
+
+    #[test]
+    fn what_a_path_or_backend_cannot_do_is_an_error_before_measuring() {
+        let small = [
+            "--n", "2", "--pool", "1", "--heads", "1", "--q-len", "4", "--kv-len", "8",
+        ];
+        let fails = |extra: &[&str]| {
+            let a = Args::parse_from([&["detattn-dudect"][..], &small, extra].concat());
+            match run(&a) {
+                Err(e) => e,
+                Ok(_) => panic!("{extra:?} should fail"),
+            }
+        };
+        let e = fails(&["--path", "tensorcore"]);
+        assert!(
+            e.starts_with("the tensorcore path is not available on the cpu backend"),
+            "{e}"
+        );
+        let e = fails(&["--dtype", "bf16"]);
+        assert!(
+            e.starts_with("--dtype bf16: the CPU harness times f32 inputs"),
+            "{e}"
+        );
+        #[cfg(feature = "cuda")]
+        {
+            // Checked before a GPU is opened, so the same on a machine without one.
+            let e = fails(&[
+                "--path",
+                "tensorcore",
+                "--backend",
+                "cuda",
+                "--dtype",
+                "f32",
+            ]);
+            assert_eq!(e, "the tensorcore path takes f16, bf16 inputs, got f32");
+            let e = fails(&[
+                "--path",
+                "tensorcore",
+                "--backend",
+                "cuda",
+                "--head-dim",
+                "96",
+            ]);
+            assert_eq!(
+                e,
+                "the tensorcore path takes head_dim in 64, 128, 256, got 96"
+            );
+            let e = fails(&["--backend", "cuda", "--kernel", "leaky"]);
+            assert!(
+                e.starts_with("--kernel copy/leaky/copy-hardened are CPU tile loops"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_samples() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
     }
 
     #[test]

@@ -1,11 +1,20 @@
 //! `detattn bench`: time one problem by the protocol of DESIGN.md §8 — warm-up, at least 20 timed
-//! runs by default, median; seeded inputs (never zeros) rotated across several sets.
+//! samples by default, median; seeded inputs (never zeros) rotated across several sets.
 //!
-//! On a GPU the kernel is timed with CUDA events by `CudaBackend::bench`; on the CPU each
-//! `Engine::run` call is timed with `std::time::Instant` (the whole call: the non-finite scan, the
-//! staging of K and V, the kernel and the output allocation).
+//! On a GPU either path is timed with CUDA events by `CudaBackend::bench_path`: `--per-sample N`
+//! launches run back to back between one pair of events and the figures are per launch
+//! (N = 1, the default, is the anchors' protocol: one call per event pair, synchronised). On the
+//! CPU each `Engine::run` call is timed with `std::time::Instant` (the whole call: the non-finite
+//! scan, the staging of K and V, the kernel and the output allocation), one call per sample.
+//!
+//! Reported: time, TF/s (FLOPs as DESIGN.md §8 counts them), and GB/s of the bytes one call must
+//! move (Q, K, V read once, O written once, in the dtype; the mask is not counted) with the
+//! arithmetic intensity, so that a memory-bound problem (decode) can be read against the
+//! device's copy bandwidth.
 
-use crate::problem_args::{ProblemArgs, check_memory, flops, fmt_us, shape_json, shape_text};
+use crate::problem_args::{
+    ProblemArgs, bytes_moved, check_memory, flops, fmt_us, shape_json, shape_text,
+};
 use crate::{Failure, print_json};
 use clap::Args;
 use detattn::inputs::{Inputs, generate};
@@ -21,15 +30,20 @@ pub(crate) struct BenchArgs {
     /// Untimed runs first.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
-    /// Timed runs (the protocol asks for at least 20).
+    /// Timed samples (the protocol asks for at least 20).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     iters: u32,
     /// Input sets (seeds SEED, SEED+1, ..) cycled through, so that one set does not stay in cache.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     rotate: u32,
+    /// GPU only: launches run back to back between one pair of CUDA events (cycling the input
+    /// sets); figures are per launch. 1 is the anchors' protocol (one synchronised call per
+    /// sample); more hides the host's launch overhead on short problems.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    per_sample: u32,
 }
 
-/// Timings in microseconds.
+/// Timings in microseconds, per call.
 struct Timing {
     median_us: f64,
     min_us: f64,
@@ -41,12 +55,20 @@ struct Timing {
 pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
     let a = &args.problem;
     let p = a.problem()?;
-    let engine = a.engine()?;
+    let engine = a.engine(&p)?;
     let (iters, rotate) = (args.iters as usize, args.rotate as usize);
+    let per_sample = args.per_sample as usize;
+    if per_sample > 1 && !engine.is_gpu() {
+        return Err(Failure::Usage(format!(
+            "--per-sample {per_sample}: launches per sample apply to GPU timing (N launches \
+             between one pair of CUDA events); the CPU backend times each call on its own with \
+             the wall clock, so use --per-sample 1 there"
+        )));
+    }
     // The GPU bench also generates its input sets on the host first.
     check_memory(&p, a.dtype, rotate)?;
     let t = if engine.is_gpu() {
-        gpu_bench(&engine, a, &p, args.warmup, iters, rotate)?
+        gpu_bench(&engine, a, &p, args.warmup, iters, rotate, per_sample)?
     } else {
         match a.dtype {
             DType::F32 => cpu_bench::<f32>(&engine, a, &p, args.warmup, iters, rotate)?,
@@ -54,14 +76,24 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
             DType::Bf16 => cpu_bench::<bf16>(&engine, a, &p, args.warmup, iters, rotate)?,
         }
     };
-    let tflops = flops(&p) / (t.median_us * 1e-6) / 1e12;
+    let f = flops(&p);
+    let bytes = bytes_moved(&p, a.dtype);
+    let secs = t.median_us * 1e-6;
+    let tflops = f / secs / 1e12;
+    let gbps = bytes / secs / 1e9;
+    let intensity = f / bytes;
     if a.json {
         print_json(&serde_json::json!({
             "median_us": t.median_us,
             "min_us": t.min_us,
             "max_us": t.max_us,
             "iters": t.iters,
+            "per_sample": per_sample,
             "tflops": tflops,
+            "flops": f,
+            "bytes": bytes,
+            "gbps": gbps,
+            "flop_per_byte": intensity,
             "backend": engine.describe(),
             "path": engine.path().name(),
             "dtype": a.dtype.name(),
@@ -78,19 +110,33 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
     } else {
         format!("{tflops:.4} TF/s ({:.1} GFLOP/s)", tflops * 1e3)
     };
+    let launches = if engine.is_gpu() {
+        format!(
+            ", {per_sample} launch{} per event pair (figures per launch)",
+            if per_sample == 1 { "" } else { "es" }
+        )
+    } else {
+        String::new()
+    };
     let protocol = format!(
-        "{} warm-up, {} timed, {} input set(s) rotated; {}{}",
+        "{} warm-up, {} timed, {} input set(s) rotated; {}{launches}{}",
         args.warmup,
         t.iters,
         rotate,
         t.timer,
         if t.iters < 20 {
-            " (fewer than the 20 runs the protocol asks for)"
+            " (fewer than the 20 samples the protocol asks for)"
         } else {
             ""
         }
     );
     let causal = if p.causal() { "causal" } else { "not causal" };
+    let traffic = format!(
+        "{:.1} GB/s of {:.3} MB (Q, K, V read once, O written once; {:.0} FLOP/byte)",
+        gbps,
+        bytes / 1e6,
+        intensity
+    );
     let rows = [
         ("backend", engine.describe()),
         ("path", engine.path().name().to_string()),
@@ -98,6 +144,7 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
         ("shape", format!("{} ({causal})", shape_text(&p))),
         ("protocol", protocol),
         ("median", format!("{:>12}   {rate}", fmt_us(t.median_us))),
+        ("bytes", traffic),
         ("min", format!("{:>12}", fmt_us(t.min_us))),
         ("max", format!("{:>12}", fmt_us(t.max_us))),
     ];
@@ -115,11 +162,21 @@ fn gpu_bench(
     warmup: usize,
     iters: usize,
     rotate: usize,
+    per_sample: usize,
 ) -> Result<Timing, Failure> {
     let cuda = engine
         .cuda()
         .ok_or_else(|| Failure::Runtime("internal: a GPU engine without a CUDA backend".into()))?;
-    let r = cuda.bench(p, a.dtype, a.seed, warmup, iters, rotate)?;
+    let r = cuda.bench_path(
+        engine.path(),
+        p,
+        a.dtype,
+        a.seed,
+        warmup,
+        iters,
+        rotate,
+        per_sample,
+    )?;
     Ok(Timing {
         median_us: r.median_us,
         min_us: r.min_us,
@@ -137,6 +194,7 @@ fn gpu_bench(
     _warmup: usize,
     _iters: usize,
     _rotate: usize,
+    _per_sample: usize,
 ) -> Result<Timing, Failure> {
     // Engine::new cannot return a GPU engine without the feature.
     Err(Failure::Runtime(

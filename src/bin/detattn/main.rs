@@ -69,6 +69,7 @@ impl Failure {
             | E::MaskPresence { .. }
             | E::NonFinite { .. }
             | E::HeadDimUnsupported { .. }
+            | E::DTypeUnsupported { .. }
             | E::PathUnavailable { .. } => Failure::Usage(msg),
             _ => Failure::Runtime(msg),
         }

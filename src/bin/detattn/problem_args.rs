@@ -157,9 +157,27 @@ impl ProblemArgs {
         }
     }
 
-    /// Resolve the backend and path.
-    pub(crate) fn engine(&self) -> Result<Engine, Failure> {
+    /// Resolve the backend and path. What the path takes (`check_path`) is checked first, so that
+    /// `--path tensorcore --dtype f32` says so on every machine, not only on one with a GPU.
+    pub(crate) fn engine(&self, p: &Problem) -> Result<Engine, Failure> {
+        self.check_path(p)?;
         Ok(Engine::new(self.backend, self.path)?)
+    }
+
+    /// The path's own limits (element type, head dim, policy), with the library's typed errors,
+    /// before any backend is opened: they do not depend on the machine.
+    fn check_path(&self, p: &Problem) -> Result<(), Failure> {
+        match self.path {
+            Path::Exact => Ok(()),
+            #[cfg(feature = "cuda")]
+            Path::TensorCore => Ok(detattn::cuda::tensorcore_check(p, self.dtype)?),
+            // Without the feature no backend offers the path; `Engine::new` says why.
+            #[cfg(not(feature = "cuda"))]
+            Path::TensorCore => {
+                let _ = p;
+                Ok(())
+            }
+        }
     }
 }
 
@@ -231,6 +249,14 @@ pub(crate) fn flops(p: &Problem) -> f64 {
     } else {
         f
     }
+}
+
+/// Bytes one call must move at least: Q, K and V read once and O written once, in the element
+/// type (the mask and the key lengths are not counted). The figure GB/s is computed from, to be
+/// read against the device's copy bandwidth on memory-bound problems (decode).
+pub(crate) fn bytes_moved(p: &Problem, dtype: DType) -> f64 {
+    let s = p.shape();
+    (2.0 * s.q_elems() as f64 + 2.0 * s.kv_elems() as f64) * dtype.size() as f64
 }
 
 /// Human-readable duration from microseconds.

@@ -26,7 +26,7 @@ pub(crate) fn main(args: RunArgs) -> Result<ExitCode, Failure> {
     let a = &args.problem;
     let p = a.problem()?;
     check_memory(&p, a.dtype, 1)?;
-    let engine = a.engine()?;
+    let engine = a.engine(&p)?;
     let o = match a.dtype {
         DType::F32 => run_typed::<f32>(a, &p, &engine)?,
         DType::F16 => run_typed::<f16>(a, &p, &engine)?,

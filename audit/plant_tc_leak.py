@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Build a LEAKY copy of the CUDA TensorCore kernels, to show that the timing test can see a leak
+on that path (docs/audit.md, "Timing (dudect)"; the Exact path's counterpart is plant_gpu_leak.py).
+
+    python3 audit/plant_tc_leak.py [--out DIR] [--arch sm_90]   default DIR: .carry/cubin-tc-leaky
+
+It copies kernels/tensorcore.cu, plants two data-dependent shortcuts that leave every output bit of
+finite input as it was, compiles the copy with the pinned NVRTC and the shipped options (the same
+program name, so only the planted lines differ), and writes DIR/tensorcore.<arch>.cubin next to a
+copy of the shipped DIR/exact.<arch>.cubin, with a manifest.json covering both in the format the
+crate's test override reads: under `DETATTN_TEST_CUBIN_DIR=DIR` *both* cubins come from DIR and
+a missing one is an error (src/cuda/cubins.rs), so the Exact one is copied unchanged. The shortcuts:
+
+- skip the P·V tensor-core products of a tile when every probability the warp holds is zero
+  (`__any_sync` over `p != 0`: a warp-uniform branch on data). A fully masked row has only zero
+  probabilities, so the "all-masked" class runs no P·V at all: this is the one the harness must
+  see. Bits: the skipped products add exactly 0·V to O (finite V), so O is unchanged;
+- skip the rescale `O *= corr` when the running maximum did not move (corr == 1), the classic
+  "optimisation" DESIGN.md §5 forbids (a few multiplies per row and tile: likely below what CUDA
+  events resolve, as for the Exact plant).
+
+Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda --path tensorcore
+--expect-leak` must report the leak (max |t| > 10, expected on all-masked), and here
+`python3 audit/sass_audit.py --listing DIR/tensorcore.<arch>.sass --cubin DIR/tensorcore.<arch>.cubin`
+must flag the planted branches (taint-branch). Nothing it writes is shipped: the crate embeds
+kernels/cubin/ only. If the kernel changed so that a planted line is no longer found, the script
+stops and says which (update PLANTS).
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "kernels"))
+import build  # noqa: E402  (kernels/build.py: the pinned NVRTC and its options)
+
+# (what the shipped source says, what the leaky copy says instead). Each must match at least once;
+# every occurrence is replaced.
+PLANTS = [
+    (
+        "// O += P V, P rounded to T (the C fragment of S is the A fragment of P), k-steps in key order.\n"
+        "        {",
+        "// O += P V, P rounded to T (the C fragment of S is the A fragment of P), k-steps in key order.\n"
+        # Unrolled like the kernel's own loops, so that sacc stays in registers (a rolled loop
+        # would index it at run time and spill it to local memory, slowing every class alike).
+        "        bool planted_any = false;  // PLANTED LEAK\n"
+        "#pragma unroll\n"
+        "        for (int i = 0; i < MT; ++i)\n"
+        "#pragma unroll\n"
+        "            for (int j = 0; j < NB; ++j)\n"
+        "#pragma unroll\n"
+        "                for (int e = 0; e < 4; ++e) planted_any |= (sacc[i][j][e] != 0.f);\n"
+        "        if (__any_sync(0xffffffffu, planted_any))  // PLANTED LEAK\n"
+        "        {",
+    ),
+    (
+        "#pragma unroll\n"
+        "                for (int dn = 0; dn < ND; ++dn) {\n"
+        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
+        "#pragma unroll\n"
+        "                for (int dn = 0; dn < ND; ++dn) if (corr != 1.f) {  // PLANTED LEAK\n"
+        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
+    ),
+]
+
+
+def sha256(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=".carry/cubin-tc-leaky")
+    ap.add_argument("--arch", default="sm_90", choices=build.ARCHS)
+    args = ap.parse_args()
+    out = Path(os.getcwd(), args.out)
+    os.chdir(ROOT)
+    src = Path("kernels/tensorcore.cu").read_text()
+    for old, new in PLANTS:
+        n = src.count(old)
+        if n == 0:
+            sys.exit(f"plant_tc_leak: the text is not in kernels/tensorcore.cu:\n  {old}\n"
+                     "(the kernel changed: update PLANTS)")
+        src = src.replace(old, new)
+        line = next(x for x in new.splitlines() if "PLANTED" in x)
+        print(f"plant_tc_leak: planted at {n} place(s): {line.strip()[:80]}")
+    build.ensure_toolchain()
+    nvrtc = build.Nvrtc()
+    cubin, log = nvrtc.compile(src.encode(), "kernels/tensorcore.cu", build.nvrtc_options(args.arch))
+    if cubin is None:
+        sys.exit(f"plant_tc_leak: NVRTC failed:\n{log}")
+    out.mkdir(parents=True, exist_ok=True)
+    tc_file, exact_file = f"tensorcore.{args.arch}.cubin", f"exact.{args.arch}.cubin"
+    (out / tc_file).write_bytes(cubin)
+    # The override reads both cubins from the folder: the Exact one is the shipped one, unchanged.
+    shutil.copyfile(build.CUBIN_DIR / exact_file, out / exact_file)
+    exact = (out / exact_file).read_bytes()
+    manifest = [
+        {"file": tc_file, "arch": args.arch, "sha256": sha256(cubin), "size": len(cubin),
+         "note": "PLANTED LEAK, never shipped"},
+        {"file": exact_file, "arch": args.arch, "sha256": sha256(exact), "size": len(exact),
+         "note": "copy of the shipped kernels/cubin/" + exact_file},
+    ]
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    sass = out / f"tensorcore.{args.arch}.sass"
+    sass.write_text(build.compact_sass(build.cuobjdump("-sass", out / tc_file)))
+    (out / f"tensorcore.{args.arch}.res.txt").write_text(build.cuobjdump("-res-usage", out / tc_file))
+    print(f"plant_tc_leak: {len(PLANTS)} shortcuts planted; {out / tc_file} sha256 {sha256(cubin)}")
+    print(f"plant_tc_leak: on a GPU: DETATTN_TEST_CUBIN_DIR={args.out} detattn-dudect --backend cuda "
+          "--path tensorcore --expect-leak")
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,9 @@
 //   T = __half (f16) or __nv_bfloat16 (bf16); f32 accumulation; output rounded to nearest even once.
 //   Query head h reads kv head h / (Hq / Hkv).  Causal is bottom-right aligned: query row i sees key j
 //   iff j + Sq <= i + L, where L = kv_lens[b] (or Skv); key j >= L is never seen; the mask removes
-//   more.  A row that sees no key is written as 0.
+//   more.  A row that sees no key is written as +0.  Finite inputs (any finite values and any finite
+//   scale > 0) always give finite outputs; non-finite inputs are the host's business (the NaN policy,
+//   with the tc_sanitize / tc_first_bad / tc_poison / tc_any_flag kernels at the end of this file).
 //
 // Launch configuration (also readable from the cubin as __constant__ int tc_cfg_d<D>[4] and
 // tc_cfg_dec_d<D>[4] = {BM, threads, dynamic smem bytes, BN}):
@@ -86,8 +88,17 @@ __device__ __forceinline__ float rcp(float x) {
 
 template <typename T>
 struct Ty;
+// Per-dtype numerics (docs/tensorcore.md, "The operation sequence"):
+//   SCALE_Q  scale each Q row by a power of two in the kernel (bf16: q·k can overflow f32; f16 cannot,
+//            and scaling f16 would lose its subnormals' precision);
+//   BIAS     the exponent bias of every weight p = 2^((s - m)·sl2 + BIAS) (bf16: keeps l and O below
+//            max|v| / 4 for up to 2^24 keys; f16 O cannot overflow and P would underflow in f16);
+//   MAXT     the largest finite output, as f32 (the epilogue clamps to it before rounding).
 template <>
 struct Ty<__half> {
+    static constexpr bool SCALE_Q = false;
+    static constexpr float BIAS = 0.f;
+    __device__ __forceinline__ static float maxt() { return 65504.f; }
     __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};\n"
@@ -102,6 +113,9 @@ struct Ty<__half> {
 };
 template <>
 struct Ty<__nv_bfloat16> {
+    static constexpr bool SCALE_Q = true;
+    static constexpr float BIAS = -26.f;
+    __device__ __forceinline__ static float maxt() { return __int_as_float(0x7f7f0000); }  // bf16 max
     __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};\n"
@@ -143,6 +157,79 @@ __device__ __forceinline__ void load_rows(uint32_t s_base, const T* g, int row0,
     }
 }
 
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+// 2^k as an f32, for k in [-126, 127] (exponent field built with integer ops).
+__device__ __forceinline__ float pow2(int k) { return __int_as_float((k + 127) << 23); }
+
+// The larger magnitude bit pattern (sign cleared) of the two bf16 in w, and of m.
+__device__ __forceinline__ uint32_t max_mag2(uint32_t m, uint32_t w) {
+    const uint32_t a = w & 0x7fff7fffu;
+    return max(m, max(a & 0xffffu, a >> 16));
+}
+
+// Two bf16 times 2^-a · 2^-b (two exact power-of-two steps in f32, rounded back to bf16: exact unless
+// the result is subnormal, i.e. below 2^-116 of the row's largest element).
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t w, float fa, float fb) {
+    const float lo = __fmul_rn(__fmul_rn(__uint_as_float(w << 16), fa), fb);
+    const float hi = __fmul_rn(__fmul_rn(__uint_as_float(w & 0xffff0000u), fa), fb);
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// bf16 only (docs/tensorcore.md, step 0): scale every row r of the BM x D Q tile in shared memory by
+// 2^-sh, sh = e - 127 + 10 with e = max(1, the row's largest biased exponent), so that its largest
+// |q| lies in [2^-10, 2^-9) and every score |q'·k| <= 2^-9 · 2^128 · 256 = 2^127 stays finite for any
+// finite bf16 K (D <= 256); write sl2 · 2^sh, clamped to [FLT_MIN, FLT_MAX], to srow[r]. The chunk
+// order in a row does not matter (max, elementwise scaling), so the swizzle is ignored. Every row of
+// the tile, zero-filled ones included, runs the same instructions: nothing depends on the values.
+template <int D, int BM, int NT>
+__device__ __forceinline__ void scale_q_rows(uint32_t sQ, uint32_t srow, float sl2, int tid) {
+    constexpr int CH = D / 8;
+    constexpr int TPR = NT / BM;  // threads per row, consecutive lanes
+    static_assert(NT % BM == 0 && CH % TPR == 0 && (TPR & (TPR - 1)) == 0 && TPR <= 32, "row split");
+    const int r = tid / TPR, part = tid % TPR;
+    const uint32_t row = sQ + r * D * 2;
+    uint32_t mag = 0;
+#pragma unroll
+    for (int c = part; c < CH; c += TPR) {
+        const uint4 w = lds128(row + c * 16);
+        mag = max_mag2(max_mag2(max_mag2(max_mag2(mag, w.x), w.y), w.z), w.w);
+    }
+#pragma unroll
+    for (int o = 1; o < TPR; o <<= 1) mag = max(mag, __shfl_xor_sync(0xffffffffu, mag, o));
+    const int e = max(1, (int)(mag >> 7));
+    const int sh = e - 117;                 // in [-116, 137]
+    const int a = sh >> 1, b = sh - a;      // a in [-58, 68], b in [-58, 69]: each 2^k is a normal f32
+    const float fa = pow2(-a), fb = pow2(-b);
+#pragma unroll
+    for (int c = part; c < CH; c += TPR) {
+        uint4 w = lds128(row + c * 16);
+        w.x = scale_bf16x2(w.x, fa, fb);
+        w.y = scale_bf16x2(w.y, fa, fb);
+        w.z = scale_bf16x2(w.z, fa, fb);
+        w.w = scale_bf16x2(w.w, fa, fb);
+        sts128(row + c * 16, w);
+    }
+    // sl2 · 2^sh is exact in the normal range; the clamps only act on absurd inputs (a row of
+    // subnormals with a tiny scale; |q| ~ 2^120 with the default scale): FLT_MIN keeps -inf · sl2 from
+    // becoming NaN, FLT_MAX keeps it from being inf.
+    const float f = __fmul_rn(__fmul_rn(sl2, pow2(a)), pow2(b));
+    const float sl2r = fminf(fmaxf(f, 1.17549435e-38f), 3.40282347e38f);
+    if (part == 0) asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(srow + r * 4), "f"(sl2r) : "memory");
+}
+
 // D head dim; MT m16 tiles per warp (rows per warp = 16 * MT); NW warps; BN keys per KV tile;
 // STAGES cp.async stages of (K, V); QREG keeps the Q fragments in registers for the whole loop.
 template <int D, int MT, int NW, int BN, int STAGES, bool QREG, bool DEC = false>
@@ -150,7 +237,8 @@ struct Cfg {
     static constexpr int NT = NW * 32;
     static constexpr int BM = DEC ? 16 : NW * MT * 16;
     static constexpr int CH = D / 8;
-    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2;
+    // Q tile, K and V stages (2-byte elements), then one f32 per query row (sl2 · 2^sh, bf16 only).
+    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4;
     static_assert(D % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile shape");
     static_assert(!DEC || (MT == 1 && (D / 16) % NW == 0), "decode: one m16 tile, warps split D");
     static_assert((BM * CH) % NT == 0 && (BN * CH) % NT == 0, "copy loop must divide evenly");
@@ -169,6 +257,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     const uint32_t sQ = smem_u32(smem);
     const uint32_t sK = sQ + BM * D * 2;
     const uint32_t sV = sK + STAGES * BN * D * 2;
+    const uint32_t sRow = sV + STAGES * BN * D * 2;  // [BM] f32: sl2 · 2^sh per query row (bf16)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int b = blockIdx.z;
@@ -187,7 +276,6 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     const T* qb = q + qoff;
     const T* kb = k + (size_t)(b * Hkv + hk) * Skv * D;
     const T* vb = v + (size_t)(b * Hkv + hk) * Skv * D;
-    T* ob = o + qoff;
 
     // Keys [0, kv_end) can be visible to some row of this tile; later tiles are skipped by position.
     int kv_end = L;
@@ -201,12 +289,26 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     };
 
     load_rows<D, BM, NT>(sQ, qb, q0, nrows, tid);
+    // bf16: Q in a commit group of its own, so that it can be scaled before the loop (below) while the
+    // first K/V tiles are still in flight. The loop's wait count is the same either way: the extra
+    // group is the oldest and is complete by then.
+    if (Ty<T>::SCALE_Q) cp_async_commit();
     if (0 < ntiles) load_kv(0);
     cp_async_commit();
 #pragma unroll
     for (int s = 1; s < STAGES - 1; ++s) {
         if (s < ntiles) load_kv(s);
         cp_async_commit();
+    }
+    // Scores in log2 units. The clamp only matters for a scale near FLT_MAX (finite, > 0: validated):
+    // sl2 is then never inf, so (s - m) · sl2 is never 0 · inf.
+    const float sl2 = fminf(__fmul_rn(scale, 1.4426950408889634f), 3.40282347e38f);
+    if constexpr (Ty<T>::SCALE_Q) {
+        // Step 0 (bf16): scale the Q rows once, outside the loop (nothing of the loop's state is live
+        // yet). The loop's first barrier orders these shared-memory writes before any Q fragment read.
+        cp_async_wait<STAGES - 1>();  // the Q group (oldest of STAGES) landed for this thread
+        __syncthreads();              // ... and for every thread
+        scale_q_rows<D, BM, NT>(sQ, sRow, sl2, tid);
     }
 
     float oacc[MT][ND][4];
@@ -225,7 +327,6 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
             lrow[mt][hf] = 0.f;
         }
     uint32_t qf[QREG ? MT : 1][QREG ? D / 16 : 1][4];
-    const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units
     const int wrow = DEC ? 0 : warp * MT * 16;      // this warp's first row in the tile
     const int dp0 = DEC ? warp * (D / 16 / NW) : 0;  // decode: this warp's first d16 column block
     // ldmatrix addresses: tile base + compile-time row offset + (lane offset ^ (k-step << 5)). This is
@@ -353,15 +454,25 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
                 // A row with nothing visible yet keeps max -inf: subtract 0 instead (selection, no branch),
                 // so no -inf - -inf; its scores are -inf and its probabilities are zeroed below.
                 const float mu = (mx == TC_NEG_INF) ? 0.f : mx;
-                const float corr = ex2(__fmul_rn(__fsub_rn(m_old, mu), sl2));  // ex2(0) = 1 exactly
-                const float nms = __fmul_rn(-mu, sl2);
+                // This row's sl2 · 2^sh (bf16: Q was scaled by 2^-sh; the product (s - mu) · sl2r then
+                // rounds exactly as the unscaled (s - mu) · sl2 would), read from shared memory in every
+                // tile. A plain load, not asm volatile: ptxas may then place it freely, which the
+                // D = 128 kernels need to stay within 255 registers without spilling.
+                const float sl2r = Ty<T>::SCALE_Q
+                    ? reinterpret_cast<const float*>(smem + (sRow - sQ))[wrow + mt * 16 + (lane >> 2) + hf * 8]
+                    : sl2;
+                const float corr = ex2(__fmul_rn(__fsub_rn(m_old, mu), sl2r));  // ex2(0) = 1 exactly
                 float rs = 0.f;
 #pragma unroll
                 for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const float s = sacc[mt][nb][hf * 2 + e];
-                        float p = ex2(__fmaf_rn(s, sl2, nms));
+                        // The exponent from the difference: the row's max gets exactly 2^BIAS, every
+                        // other key <= 2^BIAS. (fma(s, sl2, -mu·sl2) rounded mu·sl2 first: an error of
+                        // up to ulp(mu·sl2)/2, >= 128 past |mu·sl2| = 2^31, overflowed ex2.)
+                        const float d = __fsub_rn(s, mu);
+                        float p = ex2(Ty<T>::BIAS == 0.f ? __fmul_rn(d, sl2r) : __fmaf_rn(d, sl2r, Ty<T>::BIAS));
                         if (need_mask) p = (s == TC_NEG_INF) ? 0.f : p;
                         sacc[mt][nb][hf * 2 + e] = p;
                         rs = __fadd_rn(rs, p);
@@ -409,7 +520,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     __syncthreads();  // every warp is done with shared memory: the Q area becomes the output staging
 
     // Epilogue: row sum = (l0 + l1) + (l2 + l3) over the quad (same value in all four lanes), then
-    // O * (1 / l) with one MUFU.RCP (l >= 1 for any row that sees a key); fully masked rows -> 0.
+    // O * (1 / l) with one MUFU.RCP. A row that sees a key has l >= 2^BIAS (its max contributes exactly
+    // 2^BIAS, the rest is >= 0): never subnormal, so rcp.approx.ftz never flushes it. O / l is a convex
+    // combination of V rows, but P was rounded to T: it may pass the largest finite T by a hair, so it
+    // is clamped to +-MAXT before rounding (else the conversion gives inf). Fully masked rows -> +0
+    // exactly, by selection (whatever the sign of O's zeros).
+    const float maxt = Ty<T>::maxt();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -417,29 +533,38 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
             float l = lrow[mt][hf];
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
-            const float r = rcp(l);
-            const float inv = (l > 0.f) ? r : 0.f;
+            const bool seen = l > 0.f;
+            const float inv = seen ? rcp(l) : 0.f;
             const int row = wrow + mt * 16 + (lane >> 2) + hf * 8;
+            auto fin = [&](float o) { return seen ? fminf(fmaxf(__fmul_rn(o, inv), -maxt), maxt) : 0.f; };
 #pragma unroll
             for (int dn = 0; dn < ND; ++dn) {
-                const uint32_t packed = Ty<T>::pack(__fmul_rn(oacc[mt][dn][hf * 2], inv),
-                                                    __fmul_rn(oacc[mt][dn][hf * 2 + 1], inv));
+                const uint32_t packed = Ty<T>::pack(fin(oacc[mt][dn][hf * 2]), fin(oacc[mt][dn][hf * 2 + 1]));
                 const uint32_t addr = sQ + soff<D>(row, (DEC ? dp0 * 2 : 0) + dn) + (lane & 3) * 4;
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
             }
         }
     __syncthreads();
+    // The block's output rows, recomputed from fresh reads of %ctaid rather than kept in registers
+    // through the loop (the D = 128 kernels have none to spare; this only runs once).
+    uint32_t bx, by, bz;
+    asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(bx));
+    asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(by));
+    asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(bz));
+    const int qt_e = (CAUSAL && !DEC) ? (int)(gridDim.x - 1 - bx) : (int)bx;
+    const int q0_e = DEC ? 0 : qt_e * BM;
+    T* ob = o + (DEC ? (size_t)(bz * Hq + by * G) * Sq * D : (size_t)(bz * Hq + by) * Sq * D);
 #pragma unroll
     for (int it = 0; it < BM * CH / NT; ++it) {
         const int idx = tid + it * NT;
         const int r = idx / CH, c = idx % CH;
-        if (q0 + r < nrows) {  // position only
+        if (q0_e + r < nrows) {  // position only
             uint4 val;
             asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
                          : "r"(sQ + soff<D>(r, c))
                          : "memory");
-            *reinterpret_cast<uint4*>(ob + (size_t)(q0 + r) * D + c * 8) = val;
+            *reinterpret_cast<uint4*>(ob + (size_t)(q0_e + r) * D + c * 8) = val;
         }
     }
 }
@@ -498,3 +623,167 @@ TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
 TC_DECODE(tc_dec, tc_cfg_dec_d64, 64,  4, TC_BN_D64,  6,             2)
 TC_DECODE(tc_dec, tc_cfg_dec_d128, 128, 4, TC_BN_D128, TC_DEC_ST_BIG, 2)
 TC_DECODE(tc_dec, tc_cfg_dec_d256, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
+
+// ------------------------------------------------------------------ non-finite policy kernels
+//
+// NonFinitePolicy on device buffers (docs/tensorcore.md, "Non-finite inputs"). Every kernel takes one
+// `TcPolicy` by value (src/cuda/launch.rs mirrors it field for field). Each reads every element or
+// flag its shape calls for and writes every element it owns, deciding by selection only: loop bounds,
+// addresses and branches depend on the shape, kv_lens, the causal flag and which pointers are NULL,
+// never on a value (Q, K, V, flags, mask). No atomics; every reduction is of integers (OR, min), so
+// its order cannot change a result.
+//
+//   Reject:    tc_sanitize_<T> x3 (Q, K, V; dst = NULL: flags only), tc_any_flag -> 3 words, which the
+//              host reads to decide once; then the attention kernel.
+//   Propagate: tc_sanitize_<T> x3 (copies with NaN/inf -> +0, per-row flags), tc_first_bad (no mask),
+//              the attention kernel on the copies, tc_poison_<T> on its output.
+struct TcPolicy {
+    const void* src;            //   0  sanitize: the [rows, d] tensor to scan
+    void* dst;                  //   8  sanitize: its copy with NaN, +-inf -> +0, or NULL (flags only)
+    unsigned* flags;            //  16  sanitize: one bad flag (0/1) per row, written;
+                                //      any_flag: the Q, K, V flags back to back, read
+    const unsigned* badq;       //  24  poison: flags of the Q rows
+    const unsigned* badk;       //  32  first_bad, poison: flags of the K rows
+    const unsigned* badv;       //  40  first_bad, poison: flags of the V rows
+    int* firstbad;              //  48  first_bad: written; poison (no mask): read. [B * Hkv]
+    void* out;                  //  56  poison: the attention output, rewritten in place
+    const unsigned char* mask;  //  64  poison: boolean mask (values secret) or NULL
+    const int* kv_lens;         //  72  poison: key lengths [B] or NULL (Skv). PUBLIC
+    unsigned* words;            //  80  any_flag: 3 words (Q, K, V), each 0 or 1
+    long long rows;             //  88  sanitize: rows of src; any_flag: Q rows
+    long long rows_kv;          //  96  any_flag: K rows (= V rows)
+    long long msb, msh, msq;    // 104  poison: mask strides (as the attention kernels)
+    int d;                      // 128  head dim: 64, 128 or 256 (d / 8 divides 32)
+    int B, Hq, Hkv, Sq, Skv;    // 132
+    int causal;                 // 152
+    int pad_;                   // 156  (160 bytes)
+};
+
+namespace tc {
+
+// 16-bit element traits of the policy kernels: the exponent mask (all ones = NaN or +-inf) and the
+// canonical quiet NaN, twice (docs/numerics.md 7: f16 0x7E00, bf16 0x7FC0).
+template <typename T>
+struct Bits16;
+template <>
+struct Bits16<__half> {
+    static constexpr uint32_t EXP = 0x7c00u, NAN2 = 0x7e007e00u;
+};
+template <>
+struct Bits16<__nv_bfloat16> {
+    static constexpr uint32_t EXP = 0x7f80u, NAN2 = 0x7fc07fc0u;
+};
+
+// Two 16-bit elements with NaN/+-inf replaced by +0; `bad` gets 1 if one was.
+template <typename T>
+__device__ __forceinline__ uint32_t sanitize2(uint32_t w, uint32_t& bad) {
+    constexpr uint32_t E = Bits16<T>::EXP;
+    const uint32_t blo = (w & E) == E, bhi = ((w >> 16) & E) == E;
+    bad |= blo | bhi;
+    const uint32_t keep = (blo ? 0u : 0x0000ffffu) | (bhi ? 0u : 0xffff0000u);
+    return w & keep;
+}
+
+// One 16-byte chunk per thread, the d / 8 chunks of a row in consecutive lanes of one warp.
+template <typename T>
+__device__ __forceinline__ void sanitize(const TcPolicy& P) {
+    // d / 8 chunks per row, a power of two: shifts, not a 64-bit division (a CALL to a slow path).
+    const int lg = P.d == 64 ? 3 : (P.d == 128 ? 4 : 5);
+    const int ch = 1 << lg;
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = g >> lg;
+    const bool in = row < P.rows;  // position only
+    uint4 w = make_uint4(0, 0, 0, 0);
+    if (in) w = reinterpret_cast<const uint4*>(P.src)[g];
+    uint32_t bad = 0;
+    w.x = sanitize2<T>(w.x, bad);
+    w.y = sanitize2<T>(w.y, bad);
+    w.z = sanitize2<T>(w.z, bad);
+    w.w = sanitize2<T>(w.w, bad);
+    if (in && P.dst) reinterpret_cast<uint4*>(P.dst)[g] = w;
+    for (int o = 1; o < ch; o <<= 1) bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    if (in && (g & (ch - 1)) == 0) P.flags[row] = bad;
+}
+
+// The smallest key index j of kv head (b, h) whose K or V row is bad, or Skv if none.
+__device__ __forceinline__ void first_bad(const TcPolicy& P) {
+    __shared__ int part[32];
+    const long long base = ((long long)blockIdx.y * P.Hkv + blockIdx.x) * P.Skv;
+    int m = P.Skv;
+    for (int j = threadIdx.x; j < P.Skv; j += blockDim.x) {
+        const unsigned f = P.badk[base + j] | P.badv[base + j];
+        m = min(m, f ? j : P.Skv);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        m = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : P.Skv;
+        for (int o = 16; o > 0; o >>= 1) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (threadIdx.x == 0) P.firstbad[(long long)blockIdx.y * P.Hkv + blockIdx.x] = m;
+    }
+}
+
+// One warp per output row (b, h, i): bad = the query row was bad, or some valid key j (j < L, causal
+// j + Sq <= i + L, mask nonzero) has a bad K or V row (the Exact contract, docs/numerics.md 7). Then
+// every element of the row is rewritten: the canonical NaN where bad, else itself (bit selection).
+template <typename T>
+__device__ __forceinline__ void poison(const TcPolicy& P) {
+    const int lane = threadIdx.x & 31;
+    const int i = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (i >= P.Sq) return;  // position only (whole warps)
+    const int hk = h / (P.Hq / P.Hkv);
+    int L = P.kv_lens ? P.kv_lens[b] : P.Skv;
+    L = min(max(L, 0), P.Skv);
+    const int lim = P.causal ? min(L, max(0, i + L - P.Sq + 1)) : L;  // keys [0, lim) by position
+    const long long row = ((long long)b * P.Hq + h) * P.Sq + i;
+    const long long kvb = ((long long)b * P.Hkv + hk) * P.Skv;
+    uint32_t bad = P.badq[row];
+    if (P.mask) {
+        const unsigned char* m = P.mask + b * P.msb + h * P.msh + i * P.msq;
+        for (int j = lane; j < lim; j += 32) bad |= (uint32_t)(m[j] != 0) & (P.badk[kvb + j] | P.badv[kvb + j]);
+    } else {
+        bad |= (uint32_t)(P.firstbad[(long long)b * P.Hkv + hk] < lim);
+    }
+    for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    const uint32_t sel = 0u - (bad != 0);  // all ones where the row is bad
+    constexpr uint32_t N2 = Bits16<T>::NAN2;
+    uint4* o = reinterpret_cast<uint4*>(P.out) + row * (P.d / 8);
+    for (int c = lane; c < P.d / 8; c += 32) {
+        uint4 w = o[c];
+        w.x = (w.x & ~sel) | (N2 & sel);
+        w.y = (w.y & ~sel) | (N2 & sel);
+        w.z = (w.z & ~sel) | (N2 & sel);
+        w.w = (w.w & ~sel) | (N2 & sel);
+        o[c] = w;
+    }
+}
+
+// Block x ORs flag segment x (Q, K, V) into words[x] (0 or 1).
+__device__ __forceinline__ void any_flag(const TcPolicy& P) {
+    __shared__ unsigned part[32];
+    const long long begin = blockIdx.x == 0 ? 0 : P.rows + (blockIdx.x - 1) * P.rows_kv;
+    const long long n = blockIdx.x == 0 ? P.rows : P.rows_kv;
+    unsigned f = 0;
+    for (long long r = threadIdx.x; r < n; r += blockDim.x) f |= P.flags[begin + r];
+    for (int o = 16; o > 0; o >>= 1) f |= __shfl_xor_sync(0xffffffffu, f, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = f;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        f = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0u;
+        for (int o = 16; o > 0; o >>= 1) f |= __shfl_xor_sync(0xffffffffu, f, o);
+        if (threadIdx.x == 0) P.words[blockIdx.x] = f != 0;
+    }
+}
+
+}  // namespace tc
+
+// Launch shapes (src/cuda/tensorcore.rs): sanitize grid ceil(rows * d/8 / 256), block 256; first_bad
+// grid (Hkv, B), block 256; poison grid (ceil(Sq / 8), Hq, B), block 256; any_flag grid 3, block 1024.
+extern "C" __global__ void __launch_bounds__(256) tc_sanitize_f16(const TcPolicy P) { tc::sanitize<__half>(P); }
+extern "C" __global__ void __launch_bounds__(256) tc_sanitize_bf16(const TcPolicy P) { tc::sanitize<__nv_bfloat16>(P); }
+extern "C" __global__ void __launch_bounds__(256) tc_first_bad(const TcPolicy P) { tc::first_bad(P); }
+extern "C" __global__ void __launch_bounds__(256) tc_poison_f16(const TcPolicy P) { tc::poison<__half>(P); }
+extern "C" __global__ void __launch_bounds__(256) tc_poison_bf16(const TcPolicy P) { tc::poison<__nv_bfloat16>(P); }
+extern "C" __global__ void __launch_bounds__(1024) tc_any_flag(const TcPolicy P) { tc::any_flag(P); }

@@ -15,14 +15,14 @@ pub enum Path {
     Exact,
     /// f16/bf16 tensor-core arithmetic (`mma.sync`) with f32 accumulators, CUDA only
     /// (docs/tensorcore.md). Takes f16/bf16 inputs with head_dim 64, 128 or 256, causal, kv_lens,
-    /// GQA/MQA, a boolean mask and `NonFinitePolicy::Reject`; anything else is a typed error
-    /// ([`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`], [`Error::PathUnavailable`]
-    /// for `Propagate`), never a fallback. Promised: on one GPU architecture the bits are the same
-    /// run to run, whatever the batch around a problem, decode or prefill, the subset of query
-    /// rows or the stream; relative L2 error against `Exact` ≤ 1e-2 (bf16) / 2e-3 (f16) on the
-    /// tested problems. Not promised: the CPU's or `Exact`'s bits, the same bits on another
-    /// architecture (golden digests are recorded per architecture), finite output for inputs of
-    /// very large magnitude (docs/tensorcore.md, "Rust API"). On the CPU backend:
+    /// GQA/MQA, a boolean mask and either `NonFinitePolicy`; anything else is a typed error
+    /// ([`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`]), never a fallback. Promised:
+    /// on one GPU architecture the bits are the same run to run, whatever the batch around a
+    /// problem, decode or prefill, the subset of query rows or the stream; relative L2 error
+    /// against `Exact` ≤ 1e-2 (bf16) / 2e-3 (f16) on the tested problems; no NaN or ±inf from
+    /// finite input (any magnitude); under `Propagate` the canonical NaN on exactly the rows the
+    /// `Exact` contract poisons. Not promised: the CPU's or `Exact`'s bits, the same bits on
+    /// another architecture (golden digests are recorded per architecture). On the CPU backend:
     /// [`Error::PathUnavailable`].
     TensorCore,
 }

@@ -25,18 +25,23 @@
 //!   backend: masked keys contribute zero by selection; only public data (shapes, key lengths, the
 //!   causal flag) decide what is skipped.
 //!
-//! On the [`Path::TensorCore`] path (CUDA only; f16/bf16, head_dim 64/128/256,
-//! [`NonFinitePolicy::Reject`]; `docs/tensorcore.md`):
+//! On the [`Path::TensorCore`] path (CUDA only; f16/bf16, head_dim 64/128/256, both
+//! [`NonFinitePolicy`]s; `docs/tensorcore.md`):
 //!
 //! - **Bitwise reproducible on one GPU architecture**: same bits run to run (D1), whatever the
 //!   batch around a problem (D2), decode or prefill (D3), the subset of query rows (D4), the
 //!   stream (D5). Golden digests are recorded per architecture (`tests/snapshots/`).
 //! - **Bounded error, not the CPU's bits**: relative L2 error against `Exact` ≤ 1e-2 (bf16) and
-//!   ≤ 2e-3 (f16), measured on 300 random problems with values in [−2, 2); no NaN from such
-//!   inputs.
-//! - f32 inputs, other head dims and [`NonFinitePolicy::Propagate`] are typed errors
-//!   ([`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`], [`Error::PathUnavailable`]),
-//!   never a fallback.
+//!   ≤ 2e-3 (f16), measured on 300 random problems with values in [−2, 2).
+//! - **No NaN, no ±inf from finite input**, as on `Exact`: any finite values (up to ±65504 in f16,
+//!   ±3.39e38 in bf16, subnormals, zeros) and any finite scale > 0; rows with no valid key are
+//!   exactly +0.
+//! - **Non-finite input**: `Reject` as on `Exact` (the scan reads everything, then decides once);
+//!   `Propagate` writes the canonical NaN to exactly the rows the `Exact` contract names
+//!   (`docs/numerics.md` §7), and every other row gets the bits of the same call with the
+//!   non-finite values replaced by +0.
+//! - f32 inputs and other head dims are typed errors ([`Error::DTypeUnsupported`],
+//!   [`Error::HeadDimUnsupported`]), never a fallback.
 //!
 //! ## What is not promised
 //!
@@ -48,9 +53,9 @@
 //!   fmas (some x86 cores take longer for a subnormal multiply), and the dudect timing test is the
 //!   check, run per machine (`docs/audit.md`); the SASS audit checks the GPU machine code.
 //! - On the `TensorCore` path: the CPU's or `Exact`'s bits, the same bits on another GPU
-//!   architecture, or finite output for inputs of very large magnitude (scores beyond about
-//!   2^31 in log2 units overflow the kernel's exponent: the golden cases `f16_near_max` and
-//!   `bf16_near_max` give non-finite outputs there; use `Exact` for such inputs).
+//!   architecture, or `Exact`'s accuracy for inputs of extreme magnitude (finite, but the
+//!   tensor cores' f16/bf16 operands and `ex2.approx` bound the accuracy; an absurd scale or a
+//!   bf16 row of magnitude beyond about 2^120 saturates the row's exponent factor).
 //!
 //! ## Example
 //!

@@ -1,7 +1,9 @@
 //! GPU contract tests of the `TensorCore` path (issue 5, docs/tensorcore.md): D1 (1000 runs),
 //! D2 (a problem alone and inside batches of 1..64), D3 (decode = causal prefill at every row),
-//! D4 (query subsets), D5 (two streams at once), the error against the CPU `Exact` path on 300
-//! random problems, the golden digests per architecture, and the typed errors of the path.
+//! D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
+//! planted, the error against the CPU `Exact` path on 300 random problems, finite output at the
+//! dtypes' extreme magnitudes, `Propagate` against the CPU `Exact` engine's NaN rows, the golden
+//! digests per architecture (all finite), the timing API, and the typed errors of the path.
 //!
 //! Every bitwise check compares the path with itself; the accuracy check compares it with the
 //! CPU `Exact` reference. Without a CUDA driver or a supported GPU every GPU test prints
@@ -88,6 +90,62 @@ fn inputs<T: Element>(p: &Problem, seed: u64) -> Inputs<T> {
     }
 }
 
+/// `p` with the non-finite policy `policy` (everything else kept).
+fn with_policy(p: &Problem, policy: NonFinitePolicy) -> Problem {
+    let mut pb = Problem::builder(*p.shape())
+        .causal(p.causal())
+        .scale(p.scale())
+        .nonfinite(policy);
+    if let Some(l) = p.kv_lens() {
+        pb = pb.kv_lens(l.to_vec());
+    }
+    if let Some(m) = p.mask() {
+        pb = pb.mask(m);
+    }
+    pb.build().expect("valid test problem")
+}
+
+/// NaN, +inf or −inf, by `r`.
+fn nonfinite<T: Element>(r: u64) -> T {
+    T::from_f32_rne([f32::NAN, f32::INFINITY, f32::NEG_INFINITY][(r % 3) as usize])
+}
+
+/// Plant `n` non-finite values at seeded positions of Q, K and V (anywhere: valid keys, masked
+/// keys, keys past a key length, query rows that see nothing).
+fn plant<T: Element>(x: &mut Inputs<T>, rng: &mut SplitMix64, n: usize) {
+    for _ in 0..n {
+        let r = rng.next_u64();
+        let t = match r % 3 {
+            0 => &mut x.q,
+            1 => &mut x.k,
+            _ => &mut x.v,
+        };
+        let at = (rng.next_u64() % t.len() as u64) as usize;
+        t[at] = nonfinite(rng.next_u64());
+    }
+}
+
+/// `x` with every NaN and ±inf replaced by +0 (what `Propagate` computes the other rows on).
+fn sanitized<T: Element>(x: &Inputs<T>) -> Inputs<T> {
+    let f = |v: &[T]| -> Vec<T> {
+        v.iter()
+            .map(|e| {
+                if e.to_f32().is_finite() {
+                    *e
+                } else {
+                    T::from_bits_u32(0)
+                }
+            })
+            .collect()
+    };
+    Inputs {
+        q: f(&x.q),
+        k: f(&x.k),
+        v: f(&x.v),
+        mask: x.mask.clone(),
+    }
+}
+
 static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// `e.run`, with the planted fault of `DETATTN_TC_PLANT` (module docs) when it is set.
@@ -161,6 +219,18 @@ fn d1_one<T: Element>(e: &Engine, d: usize) {
         let again = bits(&run(e, &p, &x));
         assert!(again == first, "D1 {} d{d}: run {i} differs", tname::<T>());
     }
+    // Under Propagate, with NaN and ±inf planted (sanitize, kernel, poison every run).
+    let pp = with_policy(&p, NonFinitePolicy::Propagate);
+    let mut xp = inputs::<T>(&p, 150 + d as u64);
+    plant(&mut xp, &mut SplitMix64::new(d as u64), 6);
+    let first = bits(&run(e, &pp, &xp));
+    for i in 1..1000 {
+        assert!(
+            bits(&run(e, &pp, &xp)) == first,
+            "D1 propagate {} d{d}: run {i} differs",
+            tname::<T>()
+        );
+    }
     // The decode kernel too (G·Sq ≤ 16).
     let pd = problem((3, 8, 2, 1, 300, d), false, Some(vec![300, 1, 129]), None);
     let xd = inputs::<T>(&pd, 200 + d as u64);
@@ -186,11 +256,31 @@ fn d1_same_bits_over_1000_runs() {
 
 /// A problem's output alone, and inside batches of `n` other problems at some position.
 fn d2_one<T: Element>(e: &Engine, d: usize) {
+    for propagate in [false, true] {
+        d2_policy::<T>(e, d, propagate);
+    }
+}
+
+/// D2 under one policy; under `Propagate` every element of every batch has NaN/±inf planted.
+fn d2_policy<T: Element>(e: &Engine, d: usize, propagate: bool) {
+    let policy = if propagate {
+        NonFinitePolicy::Propagate
+    } else {
+        NonFinitePolicy::Reject
+    };
+    let element = |p: &Problem, seed: u64| {
+        let mut x = inputs::<T>(p, seed);
+        if propagate {
+            plant(&mut x, &mut SplitMix64::new(seed), 4);
+        }
+        x
+    };
     for (sq, causal, masked) in [(33, true, false), (33, false, true), (1, false, true)] {
         let (hq, hkv, skv, len) = (4, 2, 70, 61);
         let layout = masked.then_some(MaskLayout::FULL);
         let alone_p = problem((1, hq, hkv, sq, skv, d), causal, Some(vec![len]), layout);
-        let alone_x = inputs::<T>(&alone_p, 7);
+        let alone_p = with_policy(&alone_p, policy);
+        let alone_x = element(&alone_p, 7);
         let alone = run(e, &alone_p, &alone_x);
         let mut rng = SplitMix64::new(d as u64 * 31 + sq as u64);
         for n in [1usize, 2, 3, 5, 8, 16, 31, 64] {
@@ -205,6 +295,7 @@ fn d2_one<T: Element>(e: &Engine, d: usize) {
                 })
                 .collect();
             let p = problem((n, hq, hkv, sq, skv, d), causal, Some(lens), layout);
+            let p = with_policy(&p, policy);
             let mut x = Inputs::<T> {
                 q: vec![],
                 k: vec![],
@@ -213,9 +304,9 @@ fn d2_one<T: Element>(e: &Engine, d: usize) {
             };
             for j in 0..n {
                 let one = if j == pos {
-                    inputs::<T>(&alone_p, 7)
+                    element(&alone_p, 7)
                 } else {
-                    inputs::<T>(&alone_p, 1000 + j as u64)
+                    element(&alone_p, 1000 + j as u64)
                 };
                 x.q.extend(one.q);
                 x.k.extend(one.k);
@@ -228,8 +319,8 @@ fn d2_one<T: Element>(e: &Engine, d: usize) {
             let qs = hq * sq * d;
             assert!(
                 bits(&out[pos * qs..(pos + 1) * qs]) == bits(&alone),
-                "D2 {} d{d} sq{sq} causal={causal} mask={masked}: element at {pos} of a batch \
-                 of {n} differs from the problem alone",
+                "D2 {} d{d} sq{sq} causal={causal} mask={masked} propagate={propagate}: element \
+                 at {pos} of a batch of {n} differs from the problem alone",
                 tname::<T>()
             );
         }
@@ -537,13 +628,13 @@ fn golden_digests_per_architecture() {
                 _ => own_digest::<bf16>(&case, &e),
             };
             assert_eq!(dg, again, "{}: digest changed between runs", case.name);
-            if nonfinite > 0 {
-                loud(&format!(
-                    "note: golden case {} gives {nonfinite} non-finite outputs on the tensorcore \
-                     path (very large scores; docs/tensorcore.md, \"Rust API\")",
-                    case.name
-                ));
-            }
+            // Finite input never gives NaN or ±inf, also at the dtype's largest values
+            // (bf16_near_max, f16_near_max).
+            assert_eq!(
+                nonfinite, 0,
+                "{}: {nonfinite} non-finite outputs from finite input",
+                case.name
+            );
             got.push((case.name.to_string(), dg.to_string()));
         } else {
             match r {
@@ -627,15 +718,13 @@ fn typed_errors_of_the_path() {
         .nonfinite(NonFinitePolicy::Propagate)
         .build()
         .expect("valid");
+    // Propagate is taken (it used to be PathUnavailable): finite inputs give the Reject bits.
     let x = inputs::<bf16>(&pp, 1);
-    match e.run(&pp, &x.q, &x.k, &x.v, None) {
-        Err(Error::PathUnavailable {
-            path: Path::TensorCore,
-            reason,
-            ..
-        }) if reason.contains("Propagate") => {}
-        other => panic!("Propagate: expected PathUnavailable, got {other:?}"),
-    }
+    let got = e
+        .run(&pp, &x.q, &x.k, &x.v, None)
+        .unwrap_or_else(|err| panic!("Propagate: expected a result, got {err}"));
+    let reject = with_policy(&pp, NonFinitePolicy::Reject);
+    assert_eq!(bits(&got), bits(&run(&e, &reject, &x)), "Propagate, finite");
     // Reject, host slices: the tensor is named and `out` is left untouched.
     for (t, name) in [(0, TensorName::Q), (1, TensorName::K), (2, TensorName::V)] {
         let mut x = inputs::<f16>(&p, 2);
@@ -685,4 +774,347 @@ fn typed_errors_of_the_path() {
         Engine::new(Backend::Cpu, Path::TensorCore),
         Err(Error::PathUnavailable { .. })
     ));
+}
+
+// ------------------------------------------------------------------------ extreme magnitudes
+
+/// Bits of the largest finite value, and mantissa width, of `T`.
+fn max_and_mant<T: Element>() -> (u32, u32) {
+    if T::DTYPE == DType::F16 {
+        (0x7BFF, 10)
+    } else {
+        (0x7F7F, 7)
+    }
+}
+
+/// One finite element of `T` by row mode: 0 any normal exponent, 1 ±max, 2 subnormal, 3 +0,
+/// 4 huge (the top three exponents), 5 [−2, 2).
+fn extreme<T: Element>(r: u64, mode: u64) -> T {
+    let (max, mb) = max_and_mant::<T>();
+    let emax = (0x7FFF >> mb) - 1; // largest biased exponent of a finite value
+    let sign = ((r >> 63) as u32) << 15;
+    let mant = (r as u32) & ((1 << mb) - 1);
+    let e = (r >> 32) as u32;
+    let b = match mode {
+        0 => sign | ((1 + e % emax) << mb) | mant,
+        1 => sign | max,
+        2 => sign | mant.max(1),
+        3 => 0,
+        4 => sign | ((emax - e % 3) << mb) | mant,
+        _ => return detattn::inputs::value(r, 0),
+    };
+    T::from_bits_u32(b)
+}
+
+/// Fill `rows` rows of `d` elements: each row one mode, or one-hot (±max at one place, the rest
+/// subnormal or zero). `modes` are the row modes this tensor may use.
+fn extreme_rows<T: Element>(rng: &mut SplitMix64, rows: usize, d: usize, modes: &[u64]) -> Vec<T> {
+    let mut out = Vec::with_capacity(rows * d);
+    for _ in 0..rows {
+        let mode = modes[(rng.next_u64() % modes.len() as u64) as usize];
+        if mode == 6 {
+            let hot = (rng.next_u64() % d as u64) as usize;
+            for c in 0..d {
+                let m = if c == hot { 1 } else { 2 + rng.next_u64() % 2 };
+                out.push(extreme::<T>(rng.next_u64(), m));
+            }
+        } else {
+            for _ in 0..d {
+                out.push(extreme::<T>(rng.next_u64(), mode));
+            }
+        }
+    }
+    out
+}
+
+/// Whether row `(b, h, i)` of `p` sees at least one key (by length, causality and the mask).
+fn sees_a_key(p: &Problem, mask: Option<&[bool]>, b: usize, h: usize, i: usize) -> bool {
+    let lim = p.key_limit(b, i);
+    match mask {
+        Some(m) => {
+            let o = p.mask_row_offset(b, h, i);
+            m[o..o + lim].iter().any(|&x| x)
+        }
+        None => lim > 0,
+    }
+}
+
+/// A random problem for the extreme and Propagate properties: D 64/128/256, GQA/MQA, small Sq
+/// (decode kernel) or larger (prefill), causal, kv_lens incl. 0, every mask layout.
+fn random_problem(rng: &mut SplitMix64, scale_extreme: bool) -> Problem {
+    let mut r = |n: u64| rng.next_u64() % n;
+    let d = DIMS[r(3) as usize];
+    let b = 1 + r(2) as usize;
+    let hkv = 1 + r(2) as usize;
+    let g = [1, 2, 4, 8][r(4) as usize];
+    let short = r(2) == 0;
+    let sq = 1 + r(if short { 2 } else { 90 }) as usize;
+    let skv = 1 + r(150) as usize;
+    let mut pb = Problem::builder(Shape::new(b, hkv * g, hkv, sq, skv, d)).causal(r(2) == 0);
+    if r(3) == 0 {
+        pb = pb.kv_lens((0..b).map(|_| r(skv as u64 + 1) as usize).collect());
+    }
+    let layouts = [
+        MaskLayout::FULL,
+        MaskLayout::SHARED,
+        MaskLayout {
+            per_batch: true,
+            per_head: false,
+        },
+    ];
+    if r(3) == 0 {
+        pb = pb.mask(layouts[r(3) as usize]);
+    }
+    if scale_extreme && r(4) == 0 {
+        let scales = [f32::MAX, 1e30, 1e-30, f32::from_bits(1), 1e3];
+        pb = pb.scale(scales[r(5) as usize]);
+    }
+    pb.build().expect("valid random problem")
+}
+
+/// A seeded mask with every 5th query row fully masked.
+fn mask_for(p: &Problem, rng: &mut SplitMix64) -> Option<Vec<bool>> {
+    p.mask().map(|_| {
+        let [bm, hm, sq, skv] = p.mask_dims();
+        (0..bm * hm * sq * skv)
+            .map(|n| (n / skv) % sq % 5 != 4 && rng.next_u64() >> 62 != 0)
+            .collect()
+    })
+}
+
+fn extreme_one<T: Element>(e: &Engine, rng: &mut SplitMix64, i: usize) {
+    let p = random_problem(rng, true);
+    let s = *p.shape();
+    // Scenarios: everything mixed; tiny Q and K with huge V; everything ±max; peaked rows.
+    let (mq, mk, mv): (&[u64], &[u64], &[u64]) = match rng.next_u64() % 4 {
+        0 => (
+            &[0, 1, 2, 3, 4, 5, 6],
+            &[0, 1, 2, 3, 4, 5, 6],
+            &[0, 1, 2, 3, 4, 5, 6],
+        ),
+        1 => (&[2, 3], &[2, 3], &[1, 4]),
+        2 => (&[1], &[1], &[1]),
+        _ => (&[6], &[6, 1], &[1, 4, 5]),
+    };
+    let x = Inputs::<T> {
+        q: extreme_rows(rng, s.batch * s.q_heads * s.q_len, s.head_dim, mq),
+        k: extreme_rows(rng, s.batch * s.kv_heads * s.kv_len, s.head_dim, mk),
+        v: extreme_rows(rng, s.batch * s.kv_heads * s.kv_len, s.head_dim, mv),
+        mask: mask_for(&p, rng),
+    };
+    let out = run(e, &p, &x);
+    let d = s.head_dim;
+    for b in 0..s.batch {
+        for h in 0..s.q_heads {
+            for r in 0..s.q_len {
+                let row = &out[((b * s.q_heads + h) * s.q_len + r) * d..][..d];
+                assert!(
+                    row.iter().all(|v| v.to_f32().is_finite()),
+                    "extreme {i} ({} {p:?}): row ({b}, {h}, {r}) not finite",
+                    tname::<T>()
+                );
+                if !sees_a_key(&p, x.mask.as_deref(), b, h, r) {
+                    assert!(
+                        row.iter().all(|v| v.to_bits_u32() == 0),
+                        "extreme {i} ({} {p:?}): row ({b}, {h}, {r}) sees no key but is not +0",
+                        tname::<T>()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn finite_output_at_extreme_magnitudes() {
+    let Some(e) = gpu("finite_output_at_extreme_magnitudes") else {
+        return;
+    };
+    let mut rng = SplitMix64::new(0xe7);
+    for i in 0..400 {
+        if i % 2 == 0 {
+            extreme_one::<f16>(&e, &mut rng, i);
+        } else {
+            extreme_one::<bf16>(&e, &mut rng, i);
+        }
+    }
+    loud(
+        "tensorcore, 400 random problems at extreme finite magnitudes (±max, subnormals, mixed, \
+         peaked, huge V with tiny Q/K, extreme scales): every output finite, rows that see no \
+         key exactly +0",
+    );
+}
+
+// -------------------------------------------------------------------------------- Propagate
+
+/// Counts over the Propagate property: NaN rows, other rows.
+#[derive(Default)]
+struct PropagateCounts {
+    nan: usize,
+    other: usize,
+}
+
+fn propagate_one<T: Element + DeviceRepr>(
+    e: &Engine,
+    cpu: &Engine,
+    rng: &mut SplitMix64,
+    i: usize,
+    n: &mut PropagateCounts,
+) {
+    let p = with_policy(&random_problem(rng, false), NonFinitePolicy::Propagate);
+    let s = *p.shape();
+    let mut x = inputs::<T>(&p, 20_000 + i as u64);
+    let planted = 1 + (rng.next_u64() % 6) as usize;
+    plant(&mut x, rng, planted);
+    // And one in a key past the key length of batch 0, where there is one: it must not poison.
+    let l0 = p.kv_len_of(0);
+    if l0 < s.kv_len {
+        let j = l0 + (rng.next_u64() % (s.kv_len - l0) as u64) as usize;
+        let at = j * s.head_dim + (rng.next_u64() % s.head_dim as u64) as usize;
+        let t = if rng.next_u64().is_multiple_of(2) {
+            &mut x.k
+        } else {
+            &mut x.v
+        };
+        t[at] = nonfinite(rng.next_u64());
+    }
+    let got = run(e, &p, &x);
+    let want = cpu
+        .run(&p, &x.q, &x.k, &x.v, x.mask.as_deref())
+        .expect("cpu exact propagate");
+    let clean = run(e, &with_policy(&p, NonFinitePolicy::Reject), &sanitized(&x));
+    let d = s.head_dim;
+    let nan = T::canonical_nan().to_bits_u32();
+    for (r, ((g, w), c)) in got
+        .chunks(d)
+        .zip(want.chunks(d))
+        .zip(clean.chunks(d))
+        .enumerate()
+    {
+        let cpu_nan = w.iter().any(|v| v.to_f32().is_nan());
+        let is_nan = g.iter().all(|v| v.to_bits_u32() == nan);
+        assert_eq!(
+            is_nan,
+            cpu_nan,
+            "propagate {i} ({} {p:?}): row {r} is {} on the tensorcore path, {} on the CPU",
+            tname::<T>(),
+            if is_nan { "NaN" } else { "not NaN" },
+            if cpu_nan { "NaN" } else { "not NaN" },
+        );
+        if is_nan {
+            n.nan += 1;
+        } else {
+            n.other += 1;
+            assert!(
+                bits(g) == bits(c),
+                "propagate {i} ({} {p:?}): row {r} differs from the Reject run on the inputs \
+                 with non-finite values replaced by +0",
+                tname::<T>()
+            );
+        }
+    }
+    // The device entry point gives the same bits.
+    let c = e.cuda().expect("cuda");
+    let st = c.stream();
+    let up = |v: &[T]| st.clone_htod(v).expect("upload");
+    let m = x.mask.as_ref().map(|m| {
+        st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
+            .expect("upload")
+    });
+    let (q, k, v) = (up(&x.q), up(&x.k), up(&x.v));
+    let mut out = up(&vec![T::from_bits_u32(0x1357); got.len()]);
+    c.run_device_tensorcore(&st, &p, &q, &k, &v, m.as_ref(), &mut out)
+        .expect("device propagate");
+    let back = st.clone_dtoh(&out).expect("download");
+    assert!(
+        bits(&back) == bits(&got),
+        "propagate {i} ({} {p:?}): device entry point differs from the host one",
+        tname::<T>()
+    );
+}
+
+#[test]
+fn propagate_poisons_exactly_the_rows_exact_does() {
+    let Some(e) = gpu("propagate_poisons_exactly_the_rows_exact_does") else {
+        return;
+    };
+    let cpu = Engine::new(Backend::Cpu, Path::Exact).expect("cpu");
+    let mut rng = SplitMix64::new(0x9a);
+    let mut n = PropagateCounts::default();
+    for i in 0..300 {
+        if i % 2 == 0 {
+            propagate_one::<f16>(&e, &cpu, &mut rng, i, &mut n);
+        } else {
+            propagate_one::<bf16>(&e, &cpu, &mut rng, i, &mut n);
+        }
+    }
+    // Not vacuous: both kinds of rows occurred.
+    assert!(
+        n.nan > 100 && n.other > 1000,
+        "only {} NaN and {} other rows",
+        n.nan,
+        n.other
+    );
+    loud(&format!(
+        "tensorcore Propagate, 300 random problems with NaN/±inf planted: {} NaN rows (canonical, \
+         = the CPU Exact set), {} other rows (= Reject on the inputs with +0), device = host",
+        n.nan, n.other
+    ));
+}
+
+// ------------------------------------------------------------------------------- timing API
+
+#[test]
+fn timing_api_of_the_path() {
+    let Some(e) = gpu("timing_api_of_the_path") else {
+        return;
+    };
+    let c = e.cuda().expect("cuda");
+    let p = problem((2, 4, 2, 40, 70, 64), true, Some(vec![70, 33]), None);
+    for policy in [NonFinitePolicy::Reject, NonFinitePolicy::Propagate] {
+        let pp = with_policy(&p, policy);
+        for per_sample in [1, 4] {
+            let r = c
+                .bench_path(Path::TensorCore, &pp, DType::F16, 1, 2, 5, 3, per_sample)
+                .expect("bench_path");
+            assert!(
+                r.median_us > 0.0 && r.median_us.is_finite() && r.iters == 5 && r.rotate == 3,
+                "{policy:?} per_sample {per_sample}: {r:?}"
+            );
+        }
+        // time_launch_path writes `out`: the bits of the host call (Propagate: NaN planted).
+        let mut x = inputs::<bf16>(&pp, 5);
+        if policy == NonFinitePolicy::Propagate {
+            plant(&mut x, &mut SplitMix64::new(5), 5);
+        }
+        let st = c.stream();
+        let (q, k, v) = (
+            st.clone_htod(&x.q).expect("up"),
+            st.clone_htod(&x.k).expect("up"),
+            st.clone_htod(&x.v).expect("up"),
+        );
+        let mut out = st
+            .clone_htod(&vec![bf16::from_bits(0x1357); x.q.len()])
+            .expect("up");
+        let us = c
+            .time_launch_path(Path::TensorCore, &st, &pp, &q, &k, &v, None, &mut out)
+            .expect("time_launch_path");
+        assert!(us > 0.0 && us.is_finite(), "{policy:?}: {us} µs");
+        let back = st.clone_dtoh(&out).expect("down");
+        assert_eq!(bits(&back), bits(&run(&e, &pp, &x)), "{policy:?}");
+    }
+    // The Exact path: per_sample 1 delegates to `bench`; more is not supported yet.
+    let p32 = problem((1, 2, 2, 16, 16, 64), false, None, None);
+    assert!(
+        c.bench_path(Path::Exact, &p32, DType::F32, 1, 1, 3, 1, 1)
+            .is_ok()
+    );
+    match c.bench_path(Path::Exact, &p32, DType::F32, 1, 1, 3, 1, 2) {
+        Err(Error::Cuda { op: "bench", .. }) => {}
+        other => panic!("exact per_sample 2: expected Error::Cuda(bench), got {other:?}"),
+    }
+    match c.bench_path(Path::TensorCore, &p32, DType::F32, 1, 1, 3, 1, 1) {
+        Err(Error::DTypeUnsupported { .. }) => {}
+        other => panic!("tensorcore f32: expected DTypeUnsupported, got {other:?}"),
+    }
 }

@@ -300,3 +300,75 @@ pub(crate) fn launch_tc(
     }
     .map_err(drv("cuLaunchKernel"))
 }
+
+// --------------------------------------------------- the TensorCore path's non-finite policy kernels
+
+/// The one by-value parameter of the `tc_sanitize_*`, `tc_first_bad`, `tc_poison_*` and
+/// `tc_any_flag` kernels: field for field the `TcPolicy` struct of `kernels/tensorcore.cu`
+/// (11 device addresses, 5 `long long`s, 8 `int`s: 160 bytes). Change both together, and the
+/// byte ranges of their `audit/rules.toml` entries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TcPolicy {
+    pub src: u64,
+    pub dst: u64,
+    pub flags: u64,
+    pub badq: u64,
+    pub badk: u64,
+    pub badv: u64,
+    pub firstbad: u64,
+    pub out: u64,
+    pub mask: u64,
+    pub kv_lens: u64,
+    pub words: u64,
+    pub rows: i64,
+    pub rows_kv: i64,
+    pub msb: i64,
+    pub msh: i64,
+    pub msq: i64,
+    pub d: i32,
+    pub b: i32,
+    pub hq: i32,
+    pub hkv: i32,
+    pub sq: i32,
+    pub skv: i32,
+    pub causal: i32,
+    pub pad: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<TcPolicy>() == 160);
+
+/// Launch a policy kernel on `stream` with `p` (asynchronous).
+///
+/// The caller (src/cuda/tensorcore.rs) guarantees that every non-zero address in `p` is a live
+/// device allocation of the size the kernel reaches for this shape (the kernel comments in
+/// `kernels/tensorcore.cu`), that they stay alive until the stream has run the kernel, and that
+/// `grid` and `block` are the launch shapes written there.
+pub(crate) fn launch_policy(
+    stream: &CudaStream,
+    kernel: Kernel,
+    grid: (u32, u32, u32),
+    block: u32,
+    p: &TcPolicy,
+) -> Result<()> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(drv("cuCtxSetCurrent"))?;
+    let mut p = *p;
+    let mut args = [(&mut p as *mut TcPolicy).cast::<c_void>()];
+    // SAFETY: the kernel takes exactly one parameter, a `TcPolicy` by value, whose layout this
+    // struct mirrors (160 bytes, checked above); the driver copies it at launch. The addresses
+    // inside are valid as the caller guarantees (above).
+    unsafe {
+        result::launch_kernel(
+            kernel.func,
+            grid,
+            (block, 1, 1),
+            0,
+            stream.cu_stream(),
+            &mut args,
+        )
+    }
+    .map_err(drv("cuLaunchKernel"))
+}

@@ -91,6 +91,24 @@ pub struct BenchResult {
     pub rotate: usize,
 }
 
+/// The summary of per-launch times (microseconds): median, fastest, slowest.
+pub(crate) fn bench_result(mut times: Vec<f64>, rotate: usize) -> BenchResult {
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    let median = match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => times[n / 2],
+        _ => 0.5 * (times[n / 2 - 1] + times[n / 2]),
+    };
+    BenchResult {
+        median_us: median,
+        min_us: times.first().copied().unwrap_or(f64::NAN),
+        max_us: times.last().copied().unwrap_or(f64::NAN),
+        iters: n,
+        rotate,
+    }
+}
+
 /// Map a driver error to [`Error::Cuda`] naming the call.
 pub(crate) fn drv(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| Error::Cuda {
@@ -260,10 +278,13 @@ impl CudaBackend {
     /// The `TensorCore` path on device-resident buffers (f16/bf16, head_dim 64/128/256),
     /// launched on `stream` (asynchronous: synchronise the stream before reading `out`). The mask
     /// is one byte per entry (nonzero = attend). Validates lengths, devices and what the path
-    /// takes (typed errors: [`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`],
-    /// [`Error::PathUnavailable`] for `NonFinitePolicy::Propagate`); under `Reject` runs the
-    /// `Exact` path's GPU non-finite scan first (it waits for the scan) and writes nothing if an
-    /// input is non-finite. Same bits as the host entry point ([`crate::Engine::run`]).
+    /// takes (typed errors: [`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`]). Under
+    /// `NonFinitePolicy::Reject` the path's own GPU scan runs first (every element read, one
+    /// decision on three words; this waits for the scan) and nothing is written if an input is
+    /// non-finite ([`Error::NonFinite`] naming q, k or v); under `Propagate` the rows the `Exact`
+    /// contract poisons are the canonical NaN and every other row has the bits of the same call
+    /// with the non-finite values replaced by +0 (docs/tensorcore.md, "Non-finite inputs"). Same
+    /// bits as the host entry point ([`crate::Engine::run`]).
     #[allow(clippy::too_many_arguments)]
     pub fn run_device_tensorcore<T: Element + cudarc::driver::DeviceRepr>(
         &self,
@@ -278,9 +299,7 @@ impl CudaBackend {
         self.inner
             .check_device_args(stream, p, q, k, v, mask, out)?;
         let tc = self.tensorcore()?;
-        tc.run_device(&self.inner.stream(), stream, p, q, k, v, mask, out, || {
-            self.inner.scan_nonfinite_device(stream, p, q, k, v)
-        })
+        tc.run_device(&self.inner.stream(), stream, p, q, k, v, mask, out)
     }
 
     /// Microseconds (CUDA events) of one launch of the `Exact` kernels on device-resident inputs:
@@ -326,24 +345,17 @@ impl CudaBackend {
                 .bench::<half::bf16>(p, seed, warmup, iters, rotate),
         }
     }
-}
 
-// ============================================================================================
-// TEMPORARY STUB (branch tc-tools) — DROP THIS WHOLE BLOCK AT MERGE.
-//
-// The TensorCore engineer's branch adds the real `bench_path` and `time_launch_path` to
-// `impl CudaBackend` (same signatures). These stand-ins let the tools (`detattn bench --path`,
-// `--per-sample`, `detattn-dudect --path tensorcore`) build and run against the `Exact` path
-// before then: `Exact` with one launch per sample delegates to `bench` / `time_launch`;
-// everything else is a typed error, never a silent substitute.
-// ============================================================================================
-#[allow(clippy::too_many_arguments)]
-impl CudaBackend {
-    /// Like `bench`, for either path. `per_sample` launches (each a whole call's GPU work,
-    /// cycling the rotated input sets) run back to back between one pair of CUDA events; the
-    /// figures are per launch. `per_sample = 1` is the anchors' protocol.
+    /// Like [`bench`](CudaBackend::bench), for either path. `per_sample` launches (each a whole
+    /// call's GPU work, cycling the rotated input sets) run back to back between one pair of
+    /// CUDA events; the figures are per launch. `per_sample = 1` is the anchors' protocol.
     ///
-    /// STUB: `Exact` with `per_sample <= 1` only.
+    /// `Path::Exact` delegates to `bench` and takes only `per_sample = 1` for now (otherwise
+    /// [`Error::Cuda`] with op `bench`). `Path::TensorCore`: seeded input sets (never zeros)
+    /// generated on the host and uploaded once, the output poisoned once; a launch is what one
+    /// host call runs on the GPU — under `Reject` the attention kernel (as `bench`, without the
+    /// scan; the inputs are finite), under `Propagate` sanitize, kernel and poison.
+    #[allow(clippy::too_many_arguments)]
     pub fn bench_path(
         &self,
         path: Path,
@@ -356,21 +368,37 @@ impl CudaBackend {
         per_sample: usize,
     ) -> Result<BenchResult> {
         match path {
-            Path::Exact if per_sample <= 1 => self.bench(p, dtype, seed, warmup, iters, rotate),
-            Path::Exact => Err(Error::PathUnavailable {
-                path,
-                backend: self.describe(),
-                reason: "per_sample > 1 is not implemented in this build (tc-tools stub of \
-                         CudaBackend::bench_path)",
+            Path::Exact if per_sample > 1 => Err(Error::Cuda {
+                op: "bench",
+                message: format!(
+                    "per_sample = {per_sample} is not supported on the exact path yet (only 1)"
+                ),
             }),
-            Path::TensorCore => Err(stub_unavailable(self)),
+            Path::Exact => self.bench(p, dtype, seed, warmup, iters, rotate),
+            Path::TensorCore => {
+                let tc = self.tensorcore()?;
+                let st = self.inner.stream();
+                match dtype {
+                    DType::F16 => {
+                        tc.bench::<half::f16>(&st, p, seed, warmup, iters, rotate, per_sample)
+                    }
+                    DType::Bf16 => {
+                        tc.bench::<half::bf16>(&st, p, seed, warmup, iters, rotate, per_sample)
+                    }
+                    DType::F32 => tc.bench::<f32>(&st, p, seed, warmup, iters, rotate, per_sample),
+                }
+            }
         }
     }
 
-    /// Like `time_launch`, for either path: events around exactly the GPU work the device entry
-    /// point enqueues for this problem and policy (whatever the values).
-    ///
-    /// STUB: `Exact` only.
+    /// Like [`time_launch`](CudaBackend::time_launch), for either path: CUDA events around
+    /// exactly the GPU work [`run_device`](CudaBackend::run_device) /
+    /// [`run_device_tensorcore`](CudaBackend::run_device_tensorcore) enqueues for this problem
+    /// and policy (under `Reject`: the device non-finite scan without the host decision, then
+    /// the kernel; under `Propagate` on the `TensorCore` path: sanitize, kernel, poison), so the
+    /// time covers the same work whatever the values. `out` is written. Scratch buffers are
+    /// allocated before the first event.
+    #[allow(clippy::too_many_arguments)]
     pub fn time_launch_path<T: Element + DeviceRepr>(
         &self,
         path: Path,
@@ -384,17 +412,12 @@ impl CudaBackend {
     ) -> Result<f32> {
         match path {
             Path::Exact => self.time_launch(stream, p, q, k, v, mask, out),
-            Path::TensorCore => Err(stub_unavailable(self)),
+            Path::TensorCore => {
+                self.inner
+                    .check_device_args(stream, p, q, k, v, mask, out)?;
+                let tc = self.tensorcore()?;
+                tc.time_launch(&self.inner.stream(), stream, p, q, k, v, mask, out)
+            }
         }
     }
 }
-
-fn stub_unavailable(b: &CudaBackend) -> Error {
-    Error::PathUnavailable {
-        path: Path::TensorCore,
-        backend: b.describe(),
-        reason: "timing the tensorcore path is not implemented in this build (tc-tools stub of \
-                 CudaBackend::bench_path / time_launch_path)",
-    }
-}
-// ============================================================================ END OF STUB ===

@@ -8,14 +8,14 @@
 //! the `Exact` path's (the error against `Exact` is bounded, docs/tensorcore.md), and they may
 //! differ between architectures (golden digests are recorded per architecture).
 
-use super::launch::{self, Kernel, Module, TcArgs};
-use super::{cubins, drv};
+use super::launch::{self, Kernel, Module, TcArgs, TcPolicy};
+use super::{BenchResult, cubins, drv};
 use crate::digest::{Digest, digest};
 use crate::dtype::{DType, Element};
 use crate::engine::{Engine, Path};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TensorName};
 use crate::golden::GoldenCase;
-use crate::inputs::generate;
+use crate::inputs::{GenOptions, generate};
 use crate::problem::{NonFinitePolicy, Problem};
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
@@ -38,6 +38,16 @@ struct Cfg {
     smem: u32,
 }
 
+/// The non-finite policy kernels of the cubin (`kernels/tensorcore.cu`, end of file).
+#[derive(Debug)]
+struct PolicyKernels {
+    /// `[dtype: f16, bf16]`.
+    sanitize: [Kernel; 2],
+    poison: [Kernel; 2],
+    first_bad: Kernel,
+    any_flag: Kernel,
+}
+
 /// The loaded `TensorCore` cubin of one device.
 #[derive(Debug)]
 pub(crate) struct Tc {
@@ -46,6 +56,7 @@ pub(crate) struct Tc {
     dec: [[[Kernel; 2]; 3]; 2],
     cfg_fwd: [Cfg; 3],
     cfg_dec: [Cfg; 3],
+    policy: PolicyKernels,
     file: &'static str,
     // Declared last: dropped after the kernel handles that point into it.
     _module: Module,
@@ -59,6 +70,30 @@ struct Choice {
     decode: bool,
 }
 
+/// The GPU work of one call around the attention kernel (docs/tensorcore.md, "Non-finite
+/// inputs"). Every variant enqueues the same launches whatever the values: only the policy and
+/// the shape choose it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Work {
+    /// The attention kernel alone (`Reject`, the inputs already checked on the host).
+    Kernel,
+    /// `Reject` on the device, first half: the flag scan of Q, K, V and their reduction to three
+    /// words, which the host then reads to decide once.
+    Scan,
+    /// The scan and then the kernel, without the host's decision in between (timing: the same
+    /// work whatever the values).
+    ScanKernel,
+    /// `Propagate`: sanitised copies and per-row flags, the first bad key per kv head (no mask),
+    /// the kernel on the copies, then the canonical NaN over exactly the affected rows.
+    Propagate,
+}
+
+/// Threads per block of the sanitize, first-bad and poison kernels; of the flag reduction.
+const POLICY_THREADS: u32 = 256;
+const ANY_THREADS: u32 = 1024;
+/// Output rows per poison block (one warp each).
+const POISON_ROWS: usize = POLICY_THREADS as usize / 32;
+
 fn dtype_index(dtype: DType) -> Result<usize> {
     match dtype {
         DType::F16 => Ok(0),
@@ -71,8 +106,15 @@ fn dtype_index(dtype: DType) -> Result<usize> {
     }
 }
 
+fn too_large(what: &str) -> Error {
+    Error::Cuda {
+        op: "launch planning",
+        message: format!("{what} exceeds what the tensorcore kernels index (2^31 - 1)"),
+    }
+}
+
 /// Every check of the `TensorCore` path beyond the problem's own validation, before any work:
-/// element type, head dim, NaN policy, launch limits.
+/// element type, head dim, launch limits. Both NaN policies are taken.
 pub(crate) fn validate(p: &Problem, dtype: DType) -> Result<()> {
     dtype_index(dtype)?;
     let s = p.shape();
@@ -81,16 +123,6 @@ pub(crate) fn validate(p: &Problem, dtype: DType) -> Result<()> {
             path: Path::TensorCore,
             head_dim: s.head_dim,
             supported: HEAD_DIMS_TEXT,
-        });
-    }
-    if p.nonfinite() == NonFinitePolicy::Propagate {
-        // The kernels let a NaN spread to rows the Exact contract keeps finite (e.g. through a
-        // masked key's V row in the same tile): refuse rather than promise a different policy.
-        return Err(Error::PathUnavailable {
-            path: Path::TensorCore,
-            backend: "cuda".into(),
-            reason: "NonFinitePolicy::Propagate is not implemented on the tensorcore path yet; \
-                     use NonFinitePolicy::Reject (the default) or Path::Exact",
         });
     }
     for (name, value) in [("batch", s.batch), ("q_heads", s.q_heads)] {
@@ -105,17 +137,101 @@ pub(crate) fn validate(p: &Problem, dtype: DType) -> Result<()> {
     }
     // The kernels index heads as `int` (b·Hq + h) before widening.
     if s.batch * s.q_heads > i32::MAX as usize {
-        return Err(Error::Cuda {
-            op: "launch planning",
-            message: "batch × q_heads exceeds what the tensorcore kernels index (2^31 - 1)".into(),
-        });
+        return Err(too_large("batch × q_heads"));
+    }
+    // The sanitize kernels' grid: one thread per 16 bytes of Q, K or V (grid x ≤ 2^31 − 1).
+    let chunks = s.q_elems().max(s.kv_elems()) / 8;
+    if chunks.div_ceil(POLICY_THREADS as usize) > i32::MAX as usize {
+        return Err(too_large("the 16-byte chunks of q, k or v"));
     }
     Ok(())
 }
 
+/// Device addresses of one call's tensors (the mask 0 when there is none).
+#[derive(Clone, Copy, Debug)]
+struct Io {
+    q: u64,
+    k: u64,
+    v: u64,
+    o: u64,
+    mask: u64,
+}
+
+/// Device scratch of one call: the key lengths, and for the policy work the per-row flags of Q,
+/// K and V back to back, the three decision words, the first bad key per kv head and the
+/// sanitised copies (`Propagate`). Allocated before anything is enqueued (outside any timing).
+struct Scratch {
+    kv_lens: Option<CudaSlice<i32>>,
+    /// `None` for [`Work::Kernel`]: that call allocates nothing but the key lengths.
+    policy: Option<PolicyScratch>,
+    copies: Option<[CudaSlice<u16>; 3]>,
+}
+
+struct PolicyScratch {
+    flags: CudaSlice<u32>,
+    words: CudaSlice<u32>,
+    first: CudaSlice<i32>,
+}
+
+impl Scratch {
+    fn new(st: &Arc<CudaStream>, p: &Problem, work: Work) -> Result<Scratch> {
+        let s = p.shape();
+        let rows_q = s.batch * s.q_heads * s.q_len;
+        let rows_kv = s.batch * s.kv_heads * s.kv_len;
+        let zu = |n: usize| st.alloc_zeros::<u32>(n).map_err(drv("cuMemAlloc"));
+        let policy = match work {
+            Work::Kernel => None,
+            _ => Some(PolicyScratch {
+                flags: zu(rows_q + 2 * rows_kv)?,
+                words: zu(3)?,
+                first: st
+                    .alloc_zeros::<i32>(s.batch * s.kv_heads)
+                    .map_err(drv("cuMemAlloc"))?,
+            }),
+        };
+        let copies = match work {
+            Work::Propagate => {
+                let z = |len: usize| st.alloc_zeros::<u16>(len).map_err(drv("cuMemAlloc"));
+                Some([z(s.q_elems())?, z(s.kv_elems())?, z(s.kv_elems())?])
+            }
+            _ => None,
+        };
+        Ok(Scratch {
+            kv_lens: kv_lens_buffer(st, p)?,
+            policy,
+            copies,
+        })
+    }
+
+    /// The three words of the device scan (Q, K, V: 1 if the tensor holds a NaN or ±inf), read
+    /// on `st` after the scan was enqueued (this waits), then one decision.
+    fn decide(&self, st: &Arc<CudaStream>) -> Result<()> {
+        let Some(ps) = &self.policy else {
+            return Ok(());
+        };
+        let words = st.clone_dtoh(&ps.words).map_err(drv("cuMemcpyDtoH"))?;
+        st.synchronize()
+            .map_err(drv("kernel execution (non-finite scan)"))?;
+        let names = [TensorName::Q, TensorName::K, TensorName::V];
+        match words.iter().position(|&w| w != 0) {
+            Some(i) => Err(Error::NonFinite { tensor: names[i] }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Device addresses of the scratch buffers (0 where a buffer was not allocated).
+struct ScratchPtrs {
+    kv_lens: u64,
+    flags: u64,
+    words: u64,
+    first: u64,
+    copies: Option<[u64; 3]>,
+}
+
 impl Tc {
-    /// Load and verify `tensorcore.<arch>.cubin` into `ctx`, look up its 24 kernels and read
-    /// their launch configurations.
+    /// Load and verify `tensorcore.<arch>.cubin` into `ctx`, look up its 30 kernels and read
+    /// the attention kernels' launch configurations.
     pub(crate) fn open(ctx: &Arc<CudaContext>, arch: &str) -> Result<Tc> {
         let (cubin, file) = cubins::load_tensorcore(arch)?;
         let module = Module::load(ctx, cubin)?;
@@ -154,11 +270,24 @@ impl Tc {
         };
         let fwd = family("tc_fwd", &cfg_fwd)?;
         let dec = family("tc_dec", &cfg_dec)?;
+        let by_dt = |stem: &str| -> Result<[Kernel; 2]> {
+            Ok([
+                module.kernel(&format!("{stem}_f16"), 0)?,
+                module.kernel(&format!("{stem}_bf16"), 0)?,
+            ])
+        };
+        let policy = PolicyKernels {
+            sanitize: by_dt("tc_sanitize")?,
+            poison: by_dt("tc_poison")?,
+            first_bad: module.kernel("tc_first_bad", 0)?,
+            any_flag: module.kernel("tc_any_flag", 0)?,
+        };
         Ok(Tc {
             fwd,
             dec,
             cfg_fwd,
             cfg_dec,
+            policy,
             file,
             _module: module,
         })
@@ -186,8 +315,14 @@ impl Tc {
         })
     }
 
-    /// Enqueue the one kernel launch of `p` on `stream` (asynchronous).
-    fn enqueue(&self, stream: &CudaStream, p: &Problem, c: Choice, a: &TcArgs) -> Result<()> {
+    /// Enqueue the one attention kernel launch of `p` on `stream` (asynchronous).
+    fn enqueue_attention(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        c: Choice,
+        a: &TcArgs,
+    ) -> Result<()> {
         let s = p.shape();
         let causal = usize::from(p.causal());
         let (kernel, cfg, grid) = if c.decode {
@@ -212,9 +347,130 @@ impl Tc {
         launch::launch_tc(stream, kernel, grid, cfg.threads, cfg.smem, a)
     }
 
+    /// Enqueue `work` for `p` on `stream` (asynchronous): everything one call runs on the GPU,
+    /// in a fixed order, the same launches for every value of the inputs.
+    fn enqueue(
+        &self,
+        stream: &CudaStream,
+        p: &Problem,
+        c: Choice,
+        io: Io,
+        sc: &ScratchPtrs,
+        work: Work,
+    ) -> Result<()> {
+        if work != Work::Kernel && sc.flags == 0 {
+            return Err(Error::Cuda {
+                op: "launch planning",
+                message: "policy work without its scratch buffers (internal)".into(),
+            });
+        }
+        let s = p.shape();
+        let rows_q = s.batch * s.q_heads * s.q_len;
+        let rows_kv = s.batch * s.kv_heads * s.kv_len;
+        let base = self.policy_base(p, sc);
+        let sanitize = |src: u64, dst: u64, flags_at: usize, rows: usize| -> Result<()> {
+            let chunks = rows * (s.head_dim / 8);
+            let blocks = chunks.div_ceil(POLICY_THREADS as usize) as u32;
+            let prm = TcPolicy {
+                src,
+                dst,
+                flags: sc.flags + 4 * flags_at as u64,
+                rows: rows as i64,
+                ..base
+            };
+            launch::launch_policy(
+                stream,
+                self.policy.sanitize[c.dt],
+                (blocks, 1, 1),
+                POLICY_THREADS,
+                &prm,
+            )
+        };
+        let scan = |dst: [u64; 3]| -> Result<()> {
+            sanitize(io.q, dst[0], 0, rows_q)?;
+            sanitize(io.k, dst[1], rows_q, rows_kv)?;
+            sanitize(io.v, dst[2], rows_q + rows_kv, rows_kv)
+        };
+        let attention = |q: u64, k: u64, v: u64| {
+            let a = self.args(p, [q, k, v, io.o], sc.kv_lens, io.mask);
+            self.enqueue_attention(stream, p, c, &a)
+        };
+        match work {
+            Work::Kernel => attention(io.q, io.k, io.v),
+            Work::Scan | Work::ScanKernel => {
+                scan([0; 3])?;
+                launch::launch_policy(stream, self.policy.any_flag, (3, 1, 1), ANY_THREADS, &base)?;
+                if work == Work::ScanKernel {
+                    attention(io.q, io.k, io.v)?;
+                }
+                Ok(())
+            }
+            Work::Propagate => {
+                let copies = sc.copies.ok_or_else(|| Error::Cuda {
+                    op: "launch planning",
+                    message: "Propagate without its sanitised copies (internal)".into(),
+                })?;
+                scan(copies)?;
+                if io.mask == 0 {
+                    let grid = (s.kv_heads as u32, s.batch as u32, 1);
+                    launch::launch_policy(
+                        stream,
+                        self.policy.first_bad,
+                        grid,
+                        POLICY_THREADS,
+                        &base,
+                    )?;
+                }
+                attention(copies[0], copies[1], copies[2])?;
+                let grid = (
+                    s.q_len.div_ceil(POISON_ROWS) as u32,
+                    s.q_heads as u32,
+                    s.batch as u32,
+                );
+                let prm = TcPolicy {
+                    out: io.o,
+                    mask: io.mask,
+                    ..base
+                };
+                launch::launch_policy(stream, self.policy.poison[c.dt], grid, POLICY_THREADS, &prm)
+            }
+        }
+    }
+
+    /// The fields every policy kernel shares: shapes, flags layout, key lengths, mask strides.
+    fn policy_base(&self, p: &Problem, sc: &ScratchPtrs) -> TcPolicy {
+        let s = p.shape();
+        let rows_q = (s.batch * s.q_heads * s.q_len) as u64;
+        let rows_kv = (s.batch * s.kv_heads * s.kv_len) as u64;
+        let (msb, msh, msq) = mask_strides(p);
+        TcPolicy {
+            flags: sc.flags,
+            badq: sc.flags,
+            badk: sc.flags + 4 * rows_q,
+            badv: sc.flags + 4 * (rows_q + rows_kv),
+            firstbad: sc.first,
+            kv_lens: sc.kv_lens,
+            words: sc.words,
+            rows: rows_q as i64,
+            rows_kv: rows_kv as i64,
+            msb,
+            msh,
+            msq,
+            d: s.head_dim as i32,
+            b: s.batch as i32,
+            hq: s.q_heads as i32,
+            hkv: s.kv_heads as i32,
+            sq: s.q_len as i32,
+            skv: s.kv_len as i32,
+            causal: i32::from(p.causal()),
+            ..TcPolicy::default()
+        }
+    }
+
     /// Host slices in and out (lengths validated by the engine). Under `Reject` the inputs are
-    /// scanned on the host first; nothing is uploaded if one is non-finite, and `out` is written
-    /// only after the kernel succeeded.
+    /// scanned on the host first and nothing is uploaded if one is non-finite; under `Propagate`
+    /// the device runs the policy kernels around the attention kernel. `out` is written only
+    /// after everything succeeded.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run_host<T: Element>(
         &self,
@@ -227,9 +483,13 @@ impl Tc {
         out: &mut [T],
     ) -> Result<()> {
         let c = self.choose(p, T::DTYPE)?;
-        if p.nonfinite() == NonFinitePolicy::Reject {
-            crate::cpu::reject_nonfinite(q, k, v)?;
-        }
+        let work = match p.nonfinite() {
+            NonFinitePolicy::Reject => {
+                crate::cpu::reject_nonfinite(q, k, v)?;
+                Work::Kernel
+            }
+            NonFinitePolicy::Propagate => Work::Propagate,
+        };
         let up = |x: &[T]| {
             let bits: Vec<u16> = x.iter().map(|e| e.to_bits_u32() as u16).collect();
             st.clone_htod(&bits).map_err(drv("cuMemcpyHtoD"))
@@ -242,19 +502,21 @@ impl Tc {
             }
             None => None,
         };
-        let dl = kv_lens_buffer(st, p)?;
+        let mut sc = Scratch::new(st, p, work)?;
         let mut dout = st
             .alloc_zeros::<u16>(out.len())
             .map_err(drv("cuMemAlloc"))?;
         {
             let mut g = Guards(Vec::new());
-            let a = self.args(
-                p,
-                [g.r(&dq, st), g.r(&dk, st), g.r(&dv, st), g.w(&mut dout, st)],
-                dl.as_ref().map_or(0, |l| g.r(l, st)),
-                dm.as_ref().map_or(0, |m| g.r(m, st)),
-            );
-            self.enqueue(st, p, c, &a)?;
+            let io = Io {
+                q: g.r(&dq, st),
+                k: g.r(&dk, st),
+                v: g.r(&dv, st),
+                o: g.w(&mut dout, st),
+                mask: dm.as_ref().map_or(0, |m| g.r(m, st)),
+            };
+            let ptrs = g.scratch(&mut sc, st);
+            self.enqueue(st, p, c, io, &ptrs, work)?;
         }
         let bits = st.clone_dtoh(&dout).map_err(drv("cuMemcpyDtoH"))?;
         st.synchronize().map_err(drv("kernel execution"))?;
@@ -264,8 +526,11 @@ impl Tc {
         Ok(())
     }
 
-    /// Device-resident buffers, launched on `stream` (asynchronous). `alloc` is the backend's
-    /// stream (for the small kv_lens buffer). Under `Reject`, `scan` runs first (it waits).
+    /// Device-resident buffers (lengths and devices checked by the caller), launched on
+    /// `stream` (asynchronous). `alloc` is the backend's stream (scratch buffers). Under `Reject`
+    /// the inputs are scanned on the GPU first (every element read, three words back, one
+    /// decision; this waits) and nothing is written if one is non-finite; under `Propagate` the
+    /// policy kernels run around the attention kernel, all on `stream`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run_device<T: Element + DeviceRepr>(
         &self,
@@ -277,44 +542,155 @@ impl Tc {
         v: &CudaSlice<T>,
         mask: Option<&CudaSlice<u8>>,
         out: &mut CudaSlice<T>,
-        scan: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let c = self.choose(p, T::DTYPE)?;
-        if p.nonfinite() == NonFinitePolicy::Reject {
-            scan()?;
-        }
-        let dl = kv_lens_buffer(alloc, p)?;
+        let propagate = p.nonfinite() == NonFinitePolicy::Propagate;
+        let work = if propagate {
+            Work::Propagate
+        } else {
+            Work::Scan
+        };
+        let mut sc = Scratch::new(alloc, p, work)?;
         let mut g = Guards(Vec::new());
-        let a = self.args(
-            p,
-            [
-                g.r(q, stream),
-                g.r(k, stream),
-                g.r(v, stream),
-                g.w(out, stream),
-            ],
-            dl.as_ref().map_or(0, |l| g.r(l, stream)),
-            mask.map_or(0, |m| g.r(m, stream)),
-        );
-        self.enqueue(stream, p, c, &a)?;
+        let io = Io {
+            q: g.r(q, stream),
+            k: g.r(k, stream),
+            v: g.r(v, stream),
+            o: g.w(out, stream),
+            mask: mask.map_or(0, |m| g.r(m, stream)),
+        };
+        {
+            let mut gs = Guards(Vec::new());
+            let ptrs = gs.scratch(&mut sc, stream);
+            self.enqueue(stream, p, c, io, &ptrs, work)?;
+            if !propagate {
+                drop(gs);
+                sc.decide(alloc)?;
+                let mut gs = Guards(Vec::new());
+                let ptrs = gs.scratch(&mut sc, stream);
+                self.enqueue(stream, p, c, io, &ptrs, Work::Kernel)?;
+            }
+        }
         drop(g);
         Ok(())
     }
 
+    /// Microseconds (CUDA events on `stream`) of exactly the GPU work [`Tc::run_device`]
+    /// enqueues for `p` and its policy, without the host's `Reject` decision: under `Reject` the
+    /// scan and then the kernel, under `Propagate` sanitize, kernel, poison. So the time covers
+    /// the same launches whatever the values. Scratch is allocated before the first event.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn time_launch<T: Element + DeviceRepr>(
+        &self,
+        alloc: &Arc<CudaStream>,
+        stream: &CudaStream,
+        p: &Problem,
+        q: &CudaSlice<T>,
+        k: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        mask: Option<&CudaSlice<u8>>,
+        out: &mut CudaSlice<T>,
+    ) -> Result<f32> {
+        let c = self.choose(p, T::DTYPE)?;
+        let work = match p.nonfinite() {
+            NonFinitePolicy::Reject => Work::ScanKernel,
+            NonFinitePolicy::Propagate => Work::Propagate,
+        };
+        let mut sc = Scratch::new(alloc, p, work)?;
+        let (e0, e1) = (event(alloc)?, event(alloc)?);
+        let mut g = Guards(Vec::new());
+        let io = Io {
+            q: g.r(q, stream),
+            k: g.r(k, stream),
+            v: g.r(v, stream),
+            o: g.w(out, stream),
+            mask: mask.map_or(0, |m| g.r(m, stream)),
+        };
+        let ptrs = g.scratch(&mut sc, stream);
+        e0.record(stream).map_err(drv("cuEventRecord"))?;
+        self.enqueue(stream, p, c, io, &ptrs, work)?;
+        e1.record(stream).map_err(drv("cuEventRecord"))?;
+        drop(g);
+        e1.synchronize().map_err(drv("kernel execution"))?;
+        let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
+        Ok(ms * 1000.0)
+    }
+
+    /// CUDA-event timing of `p` (docs/tensorcore.md, "Timing"): `rotate` seeded input sets
+    /// (never zeros) uploaded once, the output poisoned once, `warmup` untimed calls, then `iters`
+    /// samples of `per_sample` calls back to back between one pair of events, cycling the sets.
+    /// A call is the GPU work of one host call: under `Reject` the kernel (the inputs are
+    /// generated finite and, as in `bench` of the `Exact` path, the scan is not timed), under
+    /// `Propagate` sanitize, kernel, poison. The figures are per call.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bench<T: Element + DeviceRepr>(
+        &self,
+        st: &Arc<CudaStream>,
+        p: &Problem,
+        seed: u64,
+        warmup: usize,
+        iters: usize,
+        rotate: usize,
+        per_sample: usize,
+    ) -> Result<BenchResult> {
+        let c = self.choose(p, T::DTYPE)?;
+        let (rotate, iters, per_sample) = (rotate.max(1), iters.max(1), per_sample.max(1));
+        let work = match p.nonfinite() {
+            NonFinitePolicy::Reject => Work::Kernel,
+            NonFinitePolicy::Propagate => Work::Propagate,
+        };
+        let mut sets = Vec::with_capacity(rotate);
+        for r in 0..rotate {
+            let x = generate::<T>(p, GenOptions::seed(seed.wrapping_add(r as u64)));
+            let up = |v: &[T]| st.clone_htod(v).map_err(drv("cuMemcpyHtoD"));
+            let m = match &x.mask {
+                Some(m) => {
+                    let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
+                    Some(st.clone_htod(&bytes).map_err(drv("cuMemcpyHtoD"))?)
+                }
+                None => None,
+            };
+            sets.push((up(&x.q)?, up(&x.k)?, up(&x.v)?, m));
+        }
+        let poison = vec![T::from_bits_u32(0xFFFF); p.shape().q_elems()];
+        let mut out = st.clone_htod(&poison).map_err(drv("cuMemcpyHtoD"))?;
+        let mut sc = Scratch::new(st, p, work)?;
+        let mut times = Vec::with_capacity(iters);
+        let mut call = 0usize;
+        let samples = warmup.div_ceil(per_sample) + iters;
+        for sample in 0..samples {
+            let (e0, e1) = (event(st)?, event(st)?);
+            let mut g = Guards(Vec::new());
+            let ptrs = g.scratch(&mut sc, st);
+            let o = g.w(&mut out, st);
+            e0.record(st).map_err(drv("cuEventRecord"))?;
+            for _ in 0..per_sample {
+                let (q, k, v, m) = &sets[call % rotate];
+                call += 1;
+                let mut gi = Guards(Vec::new());
+                let io = Io {
+                    q: gi.r(q, st),
+                    k: gi.r(k, st),
+                    v: gi.r(v, st),
+                    o,
+                    mask: m.as_ref().map_or(0, |m| gi.r(m, st)),
+                };
+                self.enqueue(st, p, c, io, &ptrs, work)?;
+            }
+            e1.record(st).map_err(drv("cuEventRecord"))?;
+            drop(g);
+            e1.synchronize().map_err(drv("kernel execution"))?;
+            if sample >= samples - iters {
+                let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
+                times.push(f64::from(ms) * 1000.0 / per_sample as f64);
+            }
+        }
+        Ok(super::bench_result(times, rotate))
+    }
+
     fn args(&self, p: &Problem, qkvo: [u64; 4], kv_lens: u64, mask: u64) -> TcArgs {
         let s = p.shape();
-        let (msb, msh, msq) = match p.mask() {
-            Some(l) => {
-                let plane = (s.q_len * s.kv_len) as i64;
-                let [_, hm, _, _] = p.mask_dims();
-                (
-                    if l.per_batch { hm as i64 * plane } else { 0 },
-                    if l.per_head { plane } else { 0 },
-                    s.kv_len as i64,
-                )
-            }
-            None => (0, 0, 0),
-        };
+        let (msb, msh, msq) = mask_strides(p);
         TcArgs {
             q: qkvo[0],
             k: qkvo[1],
@@ -333,6 +709,30 @@ impl Tc {
             msq,
         }
     }
+}
+
+/// The element strides `(batch, head, query row)` of the mask (`(0, 0, 0)` without one): 0
+/// broadcasts a dimension the layout does not have; the key dimension is contiguous.
+fn mask_strides(p: &Problem) -> (i64, i64, i64) {
+    let s = p.shape();
+    match p.mask() {
+        Some(l) => {
+            let plane = (s.q_len * s.kv_len) as i64;
+            let [_, hm, _, _] = p.mask_dims();
+            (
+                if l.per_batch { hm as i64 * plane } else { 0 },
+                if l.per_head { plane } else { 0 },
+                s.kv_len as i64,
+            )
+        }
+        None => (0, 0, 0),
+    }
+}
+
+fn event(st: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent> {
+    st.context()
+        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(drv("cuEventCreate"))
 }
 
 /// The per-batch key lengths as a device `int` array, or `None` (the kernel then uses `Skv`).
@@ -358,6 +758,30 @@ impl<'a> Guards<'a> {
         let (p, g) = s.device_ptr_mut(st);
         self.0.push(g);
         p
+    }
+    fn scratch(&mut self, sc: &'a mut Scratch, st: &'a CudaStream) -> ScratchPtrs {
+        let Scratch {
+            kv_lens,
+            policy,
+            copies,
+        } = sc;
+        let (flags, words, first) = match policy {
+            Some(ps) => (
+                self.w(&mut ps.flags, st),
+                self.w(&mut ps.words, st),
+                self.w(&mut ps.first, st),
+            ),
+            None => (0, 0, 0),
+        };
+        ScratchPtrs {
+            kv_lens: kv_lens.as_ref().map_or(0, |l| self.r(l, st)),
+            flags,
+            words,
+            first,
+            copies: copies
+                .as_mut()
+                .map(|[a, b, c]| [self.w(a, st), self.w(b, st), self.w(c, st)]),
+        }
     }
 }
 

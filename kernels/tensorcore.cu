@@ -86,6 +86,14 @@ __device__ __forceinline__ float rcp(float x) {
     return y;
 }
 
+// x clamped to [-m, m], NaN kept NaN (PTX min.NaN/max.NaN, sm_80+: FMNMX.NAN).
+__device__ __forceinline__ float clamp_nan(float x, float m) {
+    float y;
+    asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(x), "f"(m));
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(y), "f"(-m));
+    return y;
+}
+
 template <typename T>
 struct Ty;
 // Per-dtype numerics (docs/tensorcore.md, "The operation sequence"):
@@ -173,27 +181,28 @@ __device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
 // 2^k as an f32, for k in [-126, 127] (exponent field built with integer ops).
 __device__ __forceinline__ float pow2(int k) { return __int_as_float((k + 127) << 23); }
 
-// The larger magnitude bit pattern (sign cleared) of the two bf16 in w, and of m.
-__device__ __forceinline__ uint32_t max_mag2(uint32_t m, uint32_t w) {
-    const uint32_t a = w & 0x7fff7fffu;
-    return max(m, max(a & 0xffffu, a >> 16));
+// Two bf16 times the bf16 pair f: fma(w, f, -0) (an exact power-of-two step unless the result is
+// subnormal; -0 keeps a zero's sign). fma.rn.bf16x2 is sm_80+ (mul.bf16x2 would need sm_90).
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t w, uint32_t f) {
+    uint32_t y;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(y) : "r"(w), "r"(f), "r"(0x80008000u));
+    return y;
 }
 
-// Two bf16 times 2^-a · 2^-b (two exact power-of-two steps in f32, rounded back to bf16: exact unless
-// the result is subnormal, i.e. below 2^-116 of the row's largest element).
-__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t w, float fa, float fb) {
-    const float lo = __fmul_rn(__fmul_rn(__uint_as_float(w << 16), fa), fb);
-    const float hi = __fmul_rn(__fmul_rn(__uint_as_float(w & 0xffff0000u), fa), fb);
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
+// The bf16 pair (2^-k, 2^-k), k in [-126, 126].
+__device__ __forceinline__ uint32_t pow2_bf16x2(int k) {
+    const uint32_t h = (uint32_t)(127 - k) << 7;
+    return h | (h << 16);
 }
 
 // bf16 only (docs/tensorcore.md, step 0): scale every row r of the BM x D Q tile in shared memory by
 // 2^-sh, sh = e - 127 + 10 with e = max(1, the row's largest biased exponent), so that its largest
 // |q| lies in [2^-10, 2^-9) and every score |q'·k| <= 2^-9 · 2^128 · 256 = 2^127 stays finite for any
 // finite bf16 K (D <= 256); write sl2 · 2^sh, clamped to [FLT_MIN, FLT_MAX], to srow[r]. The chunk
-// order in a row does not matter (max, elementwise scaling), so the swizzle is ignored. Every row of
-// the tile, zero-filled ones included, runs the same instructions: nothing depends on the values.
+// order in a row does not matter (max, elementwise scaling), so a thread visits its row's chunks
+// rotated by the row index: the 8 threads of a quarter warp (8 rows, 2^k · 16 bytes apart) then hit
+// 8 different bank groups instead of one. Every row of the tile, zero-filled ones included, runs the
+// same instructions: nothing depends on the values.
 template <int D, int BM, int NT>
 __device__ __forceinline__ void scale_q_rows(uint32_t sQ, uint32_t srow, float sl2, int tid) {
     constexpr int CH = D / 8;
@@ -201,26 +210,30 @@ __device__ __forceinline__ void scale_q_rows(uint32_t sQ, uint32_t srow, float s
     static_assert(NT % BM == 0 && CH % TPR == 0 && (TPR & (TPR - 1)) == 0 && TPR <= 32, "row split");
     const int r = tid / TPR, part = tid % TPR;
     const uint32_t row = sQ + r * D * 2;
-    uint32_t mag = 0;
+    // Magnitudes (sign cleared) as bit patterns order like the values: a packed 16-bit integer max.
+    uint32_t mag2 = 0;
 #pragma unroll
-    for (int c = part; c < CH; c += TPR) {
-        const uint4 w = lds128(row + c * 16);
-        mag = max_mag2(max_mag2(max_mag2(max_mag2(mag, w.x), w.y), w.z), w.w);
+    for (int i = 0; i < CH / TPR; ++i) {
+        const uint4 w = lds128(row + ((part + i * TPR + r) & (CH - 1)) * 16);
+        mag2 = __vmaxu2(mag2, __vmaxu2(__vmaxu2(w.x & 0x7fff7fffu, w.y & 0x7fff7fffu),
+                                       __vmaxu2(w.z & 0x7fff7fffu, w.w & 0x7fff7fffu)));
     }
+    uint32_t mag = max(mag2 & 0xffffu, mag2 >> 16);
 #pragma unroll
     for (int o = 1; o < TPR; o <<= 1) mag = max(mag, __shfl_xor_sync(0xffffffffu, mag, o));
     const int e = max(1, (int)(mag >> 7));
     const int sh = e - 117;                 // in [-116, 137]
-    const int a = sh >> 1, b = sh - a;      // a in [-58, 68], b in [-58, 69]: each 2^k is a normal f32
-    const float fa = pow2(-a), fb = pow2(-b);
+    const int a = sh >> 1, b = sh - a;      // a in [-58, 68], b in [-58, 69]: each 2^-k is a normal bf16
+    const uint32_t fa = pow2_bf16x2(a), fb = pow2_bf16x2(b);
 #pragma unroll
-    for (int c = part; c < CH; c += TPR) {
-        uint4 w = lds128(row + c * 16);
-        w.x = scale_bf16x2(w.x, fa, fb);
-        w.y = scale_bf16x2(w.y, fa, fb);
-        w.z = scale_bf16x2(w.z, fa, fb);
-        w.w = scale_bf16x2(w.w, fa, fb);
-        sts128(row + c * 16, w);
+    for (int i = 0; i < CH / TPR; ++i) {
+        const uint32_t addr = row + ((part + i * TPR + r) & (CH - 1)) * 16;
+        uint4 w = lds128(addr);
+        w.x = mul_bf16x2(mul_bf16x2(w.x, fa), fb);
+        w.y = mul_bf16x2(mul_bf16x2(w.y, fa), fb);
+        w.z = mul_bf16x2(mul_bf16x2(w.z, fa), fb);
+        w.w = mul_bf16x2(mul_bf16x2(w.w, fa), fb);
+        sts128(addr, w);
     }
     // sl2 · 2^sh is exact in the normal range; the clamps only act on absurd inputs (a row of
     // subnormals with a tiny scale; |q| ~ 2^120 with the default scale): FLT_MIN keeps -inf · sl2 from
@@ -461,18 +474,22 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
                 const float sl2r = Ty<T>::SCALE_Q
                     ? reinterpret_cast<const float*>(smem + (sRow - sQ))[wrow + mt * 16 + (lane >> 2) + hf * 8]
                     : sl2;
-                const float corr = ex2(__fmul_rn(__fsub_rn(m_old, mu), sl2r));  // ex2(0) = 1 exactly
+                // This tile's scale of the row: sl2r, capped so that |mu * sl2e| <= 2^24 (the cap binds
+                // only for scores beyond about 2^26, far outside the accuracy promise). Then one FFMA
+                // per score, p = ex2(fma(s, sl2e, nms)) with nms = BIAS - RN(mu * sl2e): for the row's
+                // max the argument is BIAS plus the rounding error of mu * sl2e, at most 1 in
+                // magnitude (the cap's purpose), so every weight is at most 2^(BIAS + 1) (never inf)
+                // and the max's is at least 2^(BIAS - 1) (l > 0 once a key is visible).
+                const float sl2e = fminf(sl2r, __fmul_rn(16777216.0f, rcp(fabsf(mu))));
+                const float nms = __fsub_rn(Ty<T>::BIAS, __fmul_rn(mu, sl2e));
+                const float corr = ex2(__fmul_rn(__fsub_rn(m_old, mu), sl2e));  // ex2(0) = 1 exactly
                 float rs = 0.f;
 #pragma unroll
                 for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const float s = sacc[mt][nb][hf * 2 + e];
-                        // The exponent from the difference: the row's max gets exactly 2^BIAS, every
-                        // other key <= 2^BIAS. (fma(s, sl2, -mu·sl2) rounded mu·sl2 first: an error of
-                        // up to ulp(mu·sl2)/2, >= 128 past |mu·sl2| = 2^31, overflowed ex2.)
-                        const float d = __fsub_rn(s, mu);
-                        float p = ex2(Ty<T>::BIAS == 0.f ? __fmul_rn(d, sl2r) : __fmaf_rn(d, sl2r, Ty<T>::BIAS));
+                        float p = ex2(__fmaf_rn(s, sl2e, nms));
                         if (need_mask) p = (s == TC_NEG_INF) ? 0.f : p;
                         sacc[mt][nb][hf * 2 + e] = p;
                         rs = __fadd_rn(rs, p);
@@ -520,8 +537,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     __syncthreads();  // every warp is done with shared memory: the Q area becomes the output staging
 
     // Epilogue: row sum = (l0 + l1) + (l2 + l3) over the quad (same value in all four lanes), then
-    // O * (1 / l) with one MUFU.RCP. A row that sees a key has l >= 2^BIAS (its max contributes exactly
-    // 2^BIAS, the rest is >= 0): never subnormal, so rcp.approx.ftz never flushes it. O / l is a convex
+    // O * (1 / l) with one MUFU.RCP. A row that sees a key has l >= 2^(BIAS - 1) (its max contributes
+    // at least that, the rest is >= 0): never subnormal, so rcp.approx.ftz never flushes it. O / l is a convex
     // combination of V rows, but P was rounded to T: it may pass the largest finite T by a hair, so it
     // is clamped to +-MAXT before rounding (else the conversion gives inf). Fully masked rows -> +0
     // exactly, by selection (whatever the sign of O's zeros).
@@ -533,10 +550,13 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
             float l = lrow[mt][hf];
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
-            const bool seen = l > 0.f;
+            // Both tests keep a NaN a NaN (l == 0 is false for NaN; min.NaN/max.NaN return NaN where
+            // fminf/fmaxf would return the bound): finite input never makes one here, and if a
+            // defect ever did, the tests must see it rather than a plausible finite value.
+            const bool seen = !(l == 0.f);
             const float inv = seen ? rcp(l) : 0.f;
             const int row = wrow + mt * 16 + (lane >> 2) + hf * 8;
-            auto fin = [&](float o) { return seen ? fminf(fmaxf(__fmul_rn(o, inv), -maxt), maxt) : 0.f; };
+            auto fin = [&](float o) { return seen ? clamp_nan(__fmul_rn(o, inv), maxt) : 0.f; };
 #pragma unroll
             for (int dn = 0; dn < ND; ++dn) {
                 const uint32_t packed = Ty<T>::pack(fin(oacc[mt][dn][hf * 2]), fin(oacc[mt][dn][hf * 2 + 1]));

@@ -13,6 +13,10 @@ set -uo pipefail
 OUT=${OUT:-/tmp/detattn-out}
 P=$OUT/profile
 mkdir -p "$P"
+# scripts/carry.sh packs the binaries; unpack them once per machine.
+if [ -f .carry/bundle.tar.xz ] && [ ! -x .carry/bin/detattn ]; then
+  tar -C .carry -xJf .carry/bundle.tar.xz || { echo "could not unpack .carry/bundle.tar.xz"; exit 2; }
+fi
 BIN=.carry/bin/detattn
 WHAT=("$@")
 [ ${#WHAT[@]} -eq 0 ] && WHAT=(exact tc sdpa)

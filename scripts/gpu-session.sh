@@ -10,6 +10,10 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/detattn-out}
 mkdir -p "$OUT"
+# scripts/carry.sh packs the binaries; unpack them once per machine.
+if [ -f .carry/bundle.tar.xz ] && [ ! -x .carry/bin/detattn ]; then
+  tar -C .carry -xJf .carry/bundle.tar.xz || { echo "could not unpack .carry/bundle.tar.xz"; exit 2; }
+fi
 BIN=.carry/bin/detattn
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(info selftest tests sanitize d7 bench)

@@ -36,8 +36,8 @@ PLANTS = [
         "  // PLANTED LEAK",
     ),
     (
-        "for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + 16 * k) * S::PS + j);",
-        "for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + 16 * k) * S::PS + j);"
+        "for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + RS * k) * S::PS + j);",
+        "for (int k = 0; k < RM; ++k) p4[k] = *reinterpret_cast<const float4*>(Ps + (ty + RS * k) * S::PS + j);"
         " if (p4[0].x == 0.0f && p4[0].y == 0.0f && p4[0].z == 0.0f && p4[0].w == 0.0f) continue;"
         "  // PLANTED LEAK",
     ),
@@ -67,8 +67,15 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     (out / "exact.sm_90.cubin").write_bytes(cubin)
     sha = hashlib.sha256(cubin).hexdigest()
+    # The override folder holds every cubin the crate may load (a missing one is an error, never a
+    # fall-back): the shipped TensorCore cubin, unchanged, beside the leaky Exact one.
+    tc = (ROOT / "kernels/cubin/tensorcore.sm_90.cubin").read_bytes()
+    (out / "tensorcore.sm_90.cubin").write_bytes(tc)
     (out / "manifest.json").write_text(json.dumps([{"file": "exact.sm_90.cubin", "arch": "sm_90", "sha256": sha,
-                                                    "size": len(cubin), "note": "PLANTED LEAK, never shipped"}],
+                                                    "size": len(cubin), "note": "PLANTED LEAK, never shipped"},
+                                                   {"file": "tensorcore.sm_90.cubin", "arch": "sm_90",
+                                                    "sha256": hashlib.sha256(tc).hexdigest(), "size": len(tc),
+                                                    "note": "the shipped cubin"}],
                                                   indent=2) + "\n")
     (out / "exact.sm_90.sass").write_text(build.compact_sass(build.cuobjdump("-sass", out / "exact.sm_90.cubin")))
     print(f"plant_gpu_leak: {len(PLANTS)} shortcuts planted; {out / 'exact.sm_90.cubin'} sha256 {sha}")

@@ -51,6 +51,8 @@ for s in "${STAGES[@]}"; do
       large=(--batch 1 --q-heads 8 --kv-heads 8 --q-len 1024 --kv-len 1024 --head-dim 128 --dtype f32)
       bigd=(--batch 1 --q-heads 1 --kv-heads 1 --q-len 5 --kv-len 70 --head-dim 1000 --dtype f16)
       d256=(--batch 1 --q-heads 2 --kv-heads 1 --q-len 70 --kv-len 130 --head-dim 200 --dtype f32 --mask shared)
+      tc16=(--path tensorcore --dtype f16 --amp 15 --nonfinite propagate --batch 1 --q-heads 4 --kv-heads 2 --q-len 33 --kv-len 70 --head-dim 64 --causal --mask full --kv-lens 61)
+      tcb16=(--path tensorcore --dtype bf16 --amp 127 --nonfinite propagate --batch 2 --q-heads 4 --kv-heads 2 --q-len 20 --kv-len 50 --head-dim 128 --kv-lens 50,31)
       for tool in memcheck racecheck initcheck synccheck; do
         for p in small large bigd d256; do
           declare -n args=$p
@@ -61,6 +63,13 @@ for s in "${STAGES[@]}"; do
           device_entry_rejects_nonfinite_and_bad_arguments_without_writing --test-threads 1
         # Every TensorCore kernel (prefill and decode, d64/128/256, f16/bf16), small ragged problems.
         stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 scripts/tc_sanitize.py
+        # The TensorCore policy kernels (sanitize, first_bad, poison) and the bf16 Q scaling, through
+        # the library: Propagate with non-finite values from a large --amp, f16 with a mask (poison
+        # scans it), bf16 with kv_lens (first_bad).
+        for tcp in tc16 tcb16; do
+          declare -n args=$tcp
+          stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda "${args[@]}"
+        done
       done
       grep -h "ERROR SUMMARY" "$OUT/sanitize.log" | sort | uniq -c ;;
     d7)

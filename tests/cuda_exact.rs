@@ -7,32 +7,19 @@
 //! feature, this file is empty (there is no CUDA backend to test).
 #![cfg(feature = "cuda")]
 
+mod gpu_common;
+
 use detattn::cuda::{CudaBackend, CudaSlice, CudaStream, DeviceRepr};
 use detattn::inputs::{GenOptions, SplitMix64, generate};
 use detattn::{
-    Backend, DType, Element, Engine, Error, MaskLayout, NonFinitePolicy, Path, Problem, Shape,
-    TensorName, bf16, f16, golden,
+    DType, Element, Engine, Error, MaskLayout, NonFinitePolicy, Path, Problem, Shape, TensorName,
+    bf16, f16, golden,
 };
 use std::sync::Arc;
 
 /// The CUDA engine, or `None` after printing why the test is skipped.
 fn gpu(test: &str) -> Option<Engine> {
-    match Engine::new(Backend::Cuda(0), Path::Exact) {
-        Ok(e) => {
-            eprintln!("{test}: running on {}", e.describe());
-            Some(e)
-        }
-        Err(e) => {
-            // Straight to the stderr handle, not through eprintln!, which the test harness
-            // captures and hides for passing tests: the skip must be visible in every run.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED {test}: no usable CUDA GPU ({e})"
-            );
-            None
-        }
-    }
+    gpu_common::gpu(test, Path::Exact)
 }
 
 fn cuda(e: &Engine) -> &CudaBackend {

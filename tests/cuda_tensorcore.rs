@@ -16,36 +16,21 @@
 //! errors must then FAIL; this is how the checkers were seen to be able to fail.
 #![cfg(feature = "cuda")]
 
+mod gpu_common;
+
 use detattn::cuda::{self, CudaSlice, DeviceRepr};
 use detattn::inputs::{GenOptions, SplitMix64, generate};
 use detattn::{
     Backend, DType, Element, Engine, Error, MaskLayout, NonFinitePolicy, Path, Problem, Shape,
     TensorName, bf16, f16, golden,
 };
-use std::io::Write as _;
 
 /// The CUDA `TensorCore` engine, or `None` after printing why the test is skipped.
 fn gpu(test: &str) -> Option<Engine> {
-    match Engine::new(Backend::Cuda(0), Path::TensorCore) {
-        Ok(e) => {
-            eprintln!("{test}: running on {}", e.describe());
-            Some(e)
-        }
-        Err(e) => {
-            // Straight to the stderr handle: the harness captures eprintln! of passing tests.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED {test}: no usable CUDA GPU for the tensorcore path ({e})"
-            );
-            None
-        }
-    }
+    gpu_common::gpu(test, Path::TensorCore)
 }
 
-/// A line that must be seen even when the test passes.
-fn loud(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
+use gpu_common::loud;
 
 const DIMS: [usize; 3] = [64, 128, 256];
 
@@ -1103,15 +1088,16 @@ fn timing_api_of_the_path() {
         let back = st.clone_dtoh(&out).expect("down");
         assert_eq!(bits(&back), bits(&run(&e, &pp, &x)), "{policy:?}");
     }
-    // The Exact path: per_sample 1 delegates to `bench`; more is not supported yet.
+    // The Exact path through the same protocol, one and several launches per sample.
     let p32 = problem((1, 2, 2, 16, 16, 64), false, None, None);
-    assert!(
-        c.bench_path(Path::Exact, &p32, DType::F32, 1, 1, 3, 1, 1)
-            .is_ok()
-    );
-    match c.bench_path(Path::Exact, &p32, DType::F32, 1, 1, 3, 1, 2) {
-        Err(Error::Cuda { op: "bench", .. }) => {}
-        other => panic!("exact per_sample 2: expected Error::Cuda(bench), got {other:?}"),
+    for per_sample in [1, 3] {
+        let r = c
+            .bench_path(Path::Exact, &p32, DType::F32, 1, 1, 3, 2, per_sample)
+            .expect("bench_path exact");
+        assert!(
+            r.median_us > 0.0 && r.median_us.is_finite() && r.iters == 3 && r.rotate == 2,
+            "exact per_sample {per_sample}: {r:?}"
+        );
     }
     match c.bench_path(Path::TensorCore, &p32, DType::F32, 1, 1, 3, 1, 1) {
         Err(Error::DTypeUnsupported { .. }) => {}

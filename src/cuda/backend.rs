@@ -8,10 +8,9 @@
 //! docs/numerics.md, so the choice never changes the output.
 
 use super::launch::{self, Kernel, Module, Params};
-use super::{BenchResult, cubins, drv};
+use super::{BenchResult, cubins, drv, timing};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result, TensorName};
-use crate::inputs::{GenOptions, generate};
 use crate::problem::{NonFinitePolicy, Problem};
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
@@ -675,6 +674,8 @@ impl Inner {
         Ok(())
     }
 
+    /// The `Exact` kernels timed by the protocol of `timing` (a call: the K/V preparation and the
+    /// attention kernel, what a call costs on the GPU without uploads or the `Reject` scan).
     pub(crate) fn bench<T: Element + DeviceRepr>(
         &self,
         p: &Problem,
@@ -682,67 +683,24 @@ impl Inner {
         warmup: usize,
         iters: usize,
         rotate: usize,
+        per_sample: usize,
     ) -> Result<BenchResult> {
-        let rotate = rotate.max(1);
-        let iters = iters.max(1);
         let st = self.stream.clone();
         let pl = plan(p)?;
-        let mut sets = Vec::with_capacity(rotate);
-        for r in 0..rotate {
-            let x = generate::<T>(p, GenOptions::seed(seed.wrapping_add(r as u64)));
-            let up = |v: &[T]| st.clone_htod(v).map_err(drv("cuMemcpyHtoD"));
-            let m = match &x.mask {
-                Some(m) => {
-                    let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
-                    Some(st.clone_htod(&bytes).map_err(drv("cuMemcpyHtoD"))?)
-                }
-                None => None,
-            };
-            sets.push((up(&x.q)?, up(&x.k)?, up(&x.v)?, m));
-        }
-        let poison = vec![T::from_bits_u32(0xFFFF_FFFF); p.shape().q_elems()];
-        let mut out = st.clone_htod(&poison).map_err(drv("cuMemcpyHtoD"))?;
+        let sets = timing::input_sets::<T>(&st, p, seed, rotate)?;
+        let mut out = timing::poisoned_output::<T>(&st, p)?;
         let mut sc = alloc_scratch(&st, p, &pl)?;
-        let ev = || {
-            self.ctx
-                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(drv("cuEventCreate"))
-        };
-        let mut times = Vec::with_capacity(iters);
-        for it in 0..warmup + iters {
-            let (q, k, v, m) = &sets[it % rotate];
-            let (e0, e1) = (ev()?, ev()?);
+        timing::sample(&st, warmup, iters, per_sample, rotate, |i| {
+            let x = &sets[i];
             let mut g = Guards(Vec::new());
             let io = Io {
-                q: g.r(q, &st),
-                k: g.r(k, &st),
-                v: g.r(v, &st),
-                mask: m.as_ref().map_or(0, |m| g.r(m, &st)),
+                q: g.r(&x.q, &st),
+                k: g.r(&x.k, &st),
+                v: g.r(&x.v, &st),
+                mask: x.mask.as_ref().map_or(0, |m| g.r(m, &st)),
                 out: g.w(&mut out, &st),
             };
-            e0.record(&st).map_err(drv("cuEventRecord"))?;
-            self.enqueue(&st, p, &pl, T::DTYPE, io, &mut sc, false, true)?;
-            e1.record(&st).map_err(drv("cuEventRecord"))?;
-            drop(g);
-            e1.synchronize().map_err(drv("kernel execution"))?;
-            if it >= warmup {
-                let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
-                times.push(f64::from(ms) * 1000.0);
-            }
-        }
-        let mut sorted = times.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = if sorted.len() % 2 == 1 {
-            sorted[sorted.len() / 2]
-        } else {
-            0.5 * (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2])
-        };
-        Ok(BenchResult {
-            median_us: median,
-            min_us: sorted[0],
-            max_us: sorted[sorted.len() - 1],
-            iters,
-            rotate,
+            self.enqueue(&st, p, &pl, T::DTYPE, io, &mut sc, false, true)
         })
     }
 }

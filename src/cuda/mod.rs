@@ -9,12 +9,14 @@
 //! Without a CUDA driver everything here returns [`Error::NoCudaDriver`]; nothing panics.
 //!
 //! Layout: `cubins` (embedded binaries and their integrity check), `launch` (the FFI edge, the
-//! only `unsafe`), `backend` (buffers, the launch sequence, timing). This file is the index.
+//! only `unsafe`), `backend` (the `Exact` path's buffers and launch sequence), `tensorcore` (the
+//! `TensorCore` path's), `timing` (the benchmark protocol both share). This file is the index.
 
 mod backend;
 mod cubins;
 mod launch;
 mod tensorcore;
+mod timing;
 
 use crate::dtype::{DType, Element};
 use crate::engine::Path;
@@ -322,10 +324,11 @@ impl CudaBackend {
         self.inner.time_launch(stream, p, q, k, v, mask, out)
     }
 
-    /// Time the kernels with CUDA events: seeded inputs (never zeros) generated on the host,
-    /// `rotate` input sets uploaded, `warmup` untimed launches, then `iters` timed launches
-    /// cycling through the sets. Each timed launch is the preparation kernels plus the attention
-    /// kernel (what a call costs on the GPU, without uploads or the `Reject` scan).
+    /// Time the `Exact` kernels with CUDA events: seeded inputs (never zeros) generated on the
+    /// host, `rotate` input sets uploaded, `warmup` untimed launches, then `iters` timed launches
+    /// cycling through the sets. Each timed launch is the preparation kernel plus the attention
+    /// kernel (what a call costs on the GPU, without uploads or the `Reject` scan). The same as
+    /// [`bench_path`](CudaBackend::bench_path) with `Path::Exact` and `per_sample = 1`.
     pub fn bench(
         &self,
         p: &Problem,
@@ -335,26 +338,18 @@ impl CudaBackend {
         iters: usize,
         rotate: usize,
     ) -> Result<BenchResult> {
-        match dtype {
-            DType::F32 => self.inner.bench::<f32>(p, seed, warmup, iters, rotate),
-            DType::F16 => self
-                .inner
-                .bench::<half::f16>(p, seed, warmup, iters, rotate),
-            DType::Bf16 => self
-                .inner
-                .bench::<half::bf16>(p, seed, warmup, iters, rotate),
-        }
+        self.bench_path(Path::Exact, p, dtype, seed, warmup, iters, rotate, 1)
     }
 
     /// Like [`bench`](CudaBackend::bench), for either path. `per_sample` launches (each a whole
     /// call's GPU work, cycling the rotated input sets) run back to back between one pair of
     /// CUDA events; the figures are per launch. `per_sample = 1` is the anchors' protocol.
     ///
-    /// `Path::Exact` delegates to `bench` and takes only `per_sample = 1` for now (otherwise
-    /// [`Error::Cuda`] with op `bench`). `Path::TensorCore`: seeded input sets (never zeros)
-    /// generated on the host and uploaded once, the output poisoned once; a launch is what one
-    /// host call runs on the GPU — under `Reject` the attention kernel (as `bench`, without the
-    /// scan; the inputs are finite), under `Propagate` sanitize, kernel and poison.
+    /// Both paths: seeded input sets (never zeros) generated on the host and uploaded once, the
+    /// output poisoned once; a launch is what one host call runs on the GPU without uploads —
+    /// `Path::Exact`: the K/V preparation and the attention kernel; `Path::TensorCore`: under
+    /// `Reject` the attention kernel (without the scan; the inputs are finite), under
+    /// `Propagate` sanitize, kernel and poison.
     #[allow(clippy::too_many_arguments)]
     pub fn bench_path(
         &self,
@@ -368,13 +363,16 @@ impl CudaBackend {
         per_sample: usize,
     ) -> Result<BenchResult> {
         match path {
-            Path::Exact if per_sample > 1 => Err(Error::Cuda {
-                op: "bench",
-                message: format!(
-                    "per_sample = {per_sample} is not supported on the exact path yet (only 1)"
-                ),
-            }),
-            Path::Exact => self.bench(p, dtype, seed, warmup, iters, rotate),
+            Path::Exact => {
+                let e = &self.inner;
+                match dtype {
+                    DType::F32 => e.bench::<f32>(p, seed, warmup, iters, rotate, per_sample),
+                    DType::F16 => e.bench::<half::f16>(p, seed, warmup, iters, rotate, per_sample),
+                    DType::Bf16 => {
+                        e.bench::<half::bf16>(p, seed, warmup, iters, rotate, per_sample)
+                    }
+                }
+            }
             Path::TensorCore => {
                 let tc = self.tensorcore()?;
                 let st = self.inner.stream();

@@ -9,13 +9,13 @@
 //! differ between architectures (golden digests are recorded per architecture).
 
 use super::launch::{self, Kernel, Module, TcArgs, TcPolicy};
-use super::{BenchResult, cubins, drv};
+use super::{BenchResult, cubins, drv, timing};
 use crate::digest::{Digest, digest};
 use crate::dtype::{DType, Element};
 use crate::engine::{Engine, Path};
 use crate::error::{Error, Result, TensorName};
 use crate::golden::GoldenCase;
-use crate::inputs::{GenOptions, generate};
+use crate::inputs::generate;
 use crate::problem::{NonFinitePolicy, Problem};
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
@@ -597,7 +597,7 @@ impl Tc {
             NonFinitePolicy::Propagate => Work::Propagate,
         };
         let mut sc = Scratch::new(alloc, p, work)?;
-        let (e0, e1) = (event(alloc)?, event(alloc)?);
+        let (e0, e1) = (timing::event(alloc)?, timing::event(alloc)?);
         let mut g = Guards(Vec::new());
         let io = Io {
             q: g.r(q, stream),
@@ -634,58 +634,26 @@ impl Tc {
         per_sample: usize,
     ) -> Result<BenchResult> {
         let c = self.choose(p, T::DTYPE)?;
-        let (rotate, iters, per_sample) = (rotate.max(1), iters.max(1), per_sample.max(1));
         let work = match p.nonfinite() {
             NonFinitePolicy::Reject => Work::Kernel,
             NonFinitePolicy::Propagate => Work::Propagate,
         };
-        let mut sets = Vec::with_capacity(rotate);
-        for r in 0..rotate {
-            let x = generate::<T>(p, GenOptions::seed(seed.wrapping_add(r as u64)));
-            let up = |v: &[T]| st.clone_htod(v).map_err(drv("cuMemcpyHtoD"));
-            let m = match &x.mask {
-                Some(m) => {
-                    let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
-                    Some(st.clone_htod(&bytes).map_err(drv("cuMemcpyHtoD"))?)
-                }
-                None => None,
-            };
-            sets.push((up(&x.q)?, up(&x.k)?, up(&x.v)?, m));
-        }
-        let poison = vec![T::from_bits_u32(0xFFFF); p.shape().q_elems()];
-        let mut out = st.clone_htod(&poison).map_err(drv("cuMemcpyHtoD"))?;
+        let sets = timing::input_sets::<T>(st, p, seed, rotate)?;
+        let mut out = timing::poisoned_output::<T>(st, p)?;
         let mut sc = Scratch::new(st, p, work)?;
-        let mut times = Vec::with_capacity(iters);
-        let mut call = 0usize;
-        let samples = warmup.div_ceil(per_sample) + iters;
-        for sample in 0..samples {
-            let (e0, e1) = (event(st)?, event(st)?);
+        timing::sample(st, warmup, iters, per_sample, rotate, |i| {
+            let x = &sets[i];
             let mut g = Guards(Vec::new());
             let ptrs = g.scratch(&mut sc, st);
-            let o = g.w(&mut out, st);
-            e0.record(st).map_err(drv("cuEventRecord"))?;
-            for _ in 0..per_sample {
-                let (q, k, v, m) = &sets[call % rotate];
-                call += 1;
-                let mut gi = Guards(Vec::new());
-                let io = Io {
-                    q: gi.r(q, st),
-                    k: gi.r(k, st),
-                    v: gi.r(v, st),
-                    o,
-                    mask: m.as_ref().map_or(0, |m| gi.r(m, st)),
-                };
-                self.enqueue(st, p, c, io, &ptrs, work)?;
-            }
-            e1.record(st).map_err(drv("cuEventRecord"))?;
-            drop(g);
-            e1.synchronize().map_err(drv("kernel execution"))?;
-            if sample >= samples - iters {
-                let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
-                times.push(f64::from(ms) * 1000.0 / per_sample as f64);
-            }
-        }
-        Ok(super::bench_result(times, rotate))
+            let io = Io {
+                q: g.r(&x.q, st),
+                k: g.r(&x.k, st),
+                v: g.r(&x.v, st),
+                o: g.w(&mut out, st),
+                mask: x.mask.as_ref().map_or(0, |m| g.r(m, st)),
+            };
+            self.enqueue(st, p, c, io, &ptrs, work)
+        })
     }
 
     fn args(&self, p: &Problem, qkvo: [u64; 4], kv_lens: u64, mask: u64) -> TcArgs {
@@ -727,12 +695,6 @@ fn mask_strides(p: &Problem) -> (i64, i64, i64) {
         }
         None => (0, 0, 0),
     }
-}
-
-fn event(st: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent> {
-    st.context()
-        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(drv("cuEventCreate"))
 }
 
 /// The per-batch key lengths as a device `int` array, or `None` (the kernel then uses `Skv`).

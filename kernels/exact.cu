@@ -586,9 +586,9 @@ __device__ void exact_fast(const Params& P) {
                 for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);
             }
         } else {
-            // Phase by phase as the full copy (the row max needs the partner warp): finish and
-            // select every score, then the max, then the weights. A key's validity is kept as
-            // one bit per (row, key) between the phases.
+            // Phase by phase as the full copy (so that the rows' shuffle reductions overlap):
+            // finish and select every score, then the max, then the weights. A key's validity is
+            // kept as one bit per (row, key) between the phases.
             float mt[RM];
             unsigned vbits[RM];
 #pragma unroll

@@ -7,14 +7,13 @@
 //! above. The choice of kernel depends on the shape only, and every kernel produces the bits of
 //! docs/numerics.md, so the choice never changes the output.
 
+use super::guards::Guards;
 use super::launch::{self, Kernel, Module, Params};
 use super::{BenchResult, cubins, drv, timing};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result, TensorName};
 use crate::problem::{NonFinitePolicy, Problem};
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr};
 use std::sync::Arc;
 
 /// Keys per tile (numerics.md §4), as the kernels use it.
@@ -197,19 +196,8 @@ struct Io {
     out: u64,
 }
 
-/// Holds the cudarc stream-ordering guards of every buffer a launch touches until it is enqueued.
-struct Guards<'a>(Vec<SyncOnDrop<'a>>);
+/// The host entry point's buffers of raw element bits, in either width.
 impl<'a> Guards<'a> {
-    fn r<T>(&mut self, s: &'a CudaSlice<T>, st: &'a CudaStream) -> u64 {
-        let (p, g) = s.device_ptr(st);
-        self.0.push(g);
-        p
-    }
-    fn w<T>(&mut self, s: &'a mut CudaSlice<T>, st: &'a CudaStream) -> u64 {
-        let (p, g) = s.device_ptr_mut(st);
-        self.0.push(g);
-        p
-    }
     fn bits(&mut self, b: &'a Bits, st: &'a CudaStream) -> u64 {
         match b {
             Bits::W32(s) => self.r(s, st),
@@ -397,7 +385,7 @@ impl Inner {
     ) -> Result<()> {
         let s = *p.shape();
         let dt = dtype.code() as usize;
-        let mut g = Guards(Vec::new());
+        let mut g = Guards::default();
         let ptrs = scratch_ptrs(sc, stream, &mut g);
         let base = self.base_params(p, pl, io, ptrs);
         // §2 in one launch: K (scaled, padded to whole tiles) and V (sanitised) always, and Q
@@ -548,7 +536,7 @@ impl Inner {
         // order the two (and the frees after the kernels) when several streams exist.
         let mut sc = alloc_scratch(&self.stream, p, &pl)?;
         let scan = p.nonfinite() == NonFinitePolicy::Reject;
-        let mut g = Guards(Vec::new());
+        let mut g = Guards::default();
         let io = Io {
             q: g.r(q, stream),
             k: g.r(k, stream),
@@ -565,10 +553,7 @@ impl Inner {
             self.stream
                 .synchronize()
                 .map_err(drv("kernel execution (prepare, scan)"))?;
-            let names = [TensorName::Q, TensorName::K, TensorName::V];
-            if let Some(i) = flags.iter().position(|&f| f != 0) {
-                return Err(Error::NonFinite { tensor: names[i] });
-            }
+            super::nonfinite_decision(&flags)?;
             let ptrs = scratch_ptrs(&mut sc, stream, &mut g);
             let base = self.base_params(p, &pl, io, ptrs);
             self.enqueue_attend(stream, &pl, T::DTYPE.code() as usize, &base)?;
@@ -601,7 +586,7 @@ impl Inner {
                 .map_err(drv("cuEventCreate"))
         };
         let (e0, e1) = (ev(0)?, ev(1)?);
-        let mut g = Guards(Vec::new());
+        let mut g = Guards::default();
         let io = Io {
             q: g.r(q, st),
             k: g.r(k, st),
@@ -647,7 +632,7 @@ impl Inner {
             _ => Bits::W16(st.alloc_zeros::<u16>(n).map_err(drv("cuMemAlloc"))?),
         };
         {
-            let mut g = Guards(Vec::new());
+            let mut g = Guards::default();
             let io = Io {
                 q: g.bits(&dq, &st),
                 k: g.bits(&dk, &st),
@@ -692,7 +677,7 @@ impl Inner {
         let mut sc = alloc_scratch(&st, p, &pl)?;
         timing::sample(&st, warmup, iters, per_sample, rotate, |i| {
             let x = &sets[i];
-            let mut g = Guards(Vec::new());
+            let mut g = Guards::default();
             let io = Io {
                 q: g.r(&x.q, &st),
                 k: g.r(&x.k, &st),

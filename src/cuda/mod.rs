@@ -10,17 +10,19 @@
 //!
 //! Layout: `cubins` (embedded binaries and their integrity check), `launch` (the FFI edge, the
 //! only `unsafe`), `backend` (the `Exact` path's buffers and launch sequence), `tensorcore` (the
-//! `TensorCore` path's), `timing` (the benchmark protocol both share). This file is the index.
+//! `TensorCore` path's), `guards` and `timing` (what both share: buffer addresses held for a
+//! launch, the benchmark protocol). This file is the index.
 
 mod backend;
 mod cubins;
+mod guards;
 mod launch;
 mod tensorcore;
 mod timing;
 
 use crate::dtype::{DType, Element};
 use crate::engine::Path;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TensorName};
 use crate::problem::Problem;
 use std::sync::Arc;
 
@@ -93,21 +95,13 @@ pub struct BenchResult {
     pub rotate: usize,
 }
 
-/// The summary of per-launch times (microseconds): median, fastest, slowest.
-pub(crate) fn bench_result(mut times: Vec<f64>, rotate: usize) -> BenchResult {
-    times.sort_by(f64::total_cmp);
-    let n = times.len();
-    let median = match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => times[n / 2],
-        _ => 0.5 * (times[n / 2 - 1] + times[n / 2]),
-    };
-    BenchResult {
-        median_us: median,
-        min_us: times.first().copied().unwrap_or(f64::NAN),
-        max_us: times.last().copied().unwrap_or(f64::NAN),
-        iters: n,
-        rotate,
+/// The `Reject` decision from the three flag words a device scan leaves (q, k, v; non-zero: that
+/// tensor holds a NaN or ±inf): [`Error::NonFinite`] naming the first, in that order.
+pub(crate) fn nonfinite_decision(words: &[u32]) -> Result<()> {
+    let names = [TensorName::Q, TensorName::K, TensorName::V];
+    match words.iter().position(|&w| w != 0) {
+        Some(i) => Err(Error::NonFinite { tensor: names[i] }),
+        None => Ok(()),
     }
 }
 

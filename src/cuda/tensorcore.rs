@@ -8,18 +8,17 @@
 //! the `Exact` path's (the error against `Exact` is bounded, docs/tensorcore.md), and they may
 //! differ between architectures (golden digests are recorded per architecture).
 
+use super::guards::Guards;
 use super::launch::{self, Kernel, Module, TcArgs, TcPolicy};
 use super::{BenchResult, cubins, drv, timing};
 use crate::digest::{Digest, digest};
 use crate::dtype::{DType, Element};
 use crate::engine::{Engine, Path};
-use crate::error::{Error, Result, TensorName};
+use crate::error::{Error, Result};
 use crate::golden::GoldenCase;
 use crate::inputs::generate;
 use crate::problem::{NonFinitePolicy, Problem};
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr};
 use half::{bf16, f16};
 use std::sync::Arc;
 
@@ -212,11 +211,7 @@ impl Scratch {
         let words = st.clone_dtoh(&ps.words).map_err(drv("cuMemcpyDtoH"))?;
         st.synchronize()
             .map_err(drv("kernel execution (non-finite scan)"))?;
-        let names = [TensorName::Q, TensorName::K, TensorName::V];
-        match words.iter().position(|&w| w != 0) {
-            Some(i) => Err(Error::NonFinite { tensor: names[i] }),
-            None => Ok(()),
-        }
+        super::nonfinite_decision(&words)
     }
 }
 
@@ -507,7 +502,7 @@ impl Tc {
             .alloc_zeros::<u16>(out.len())
             .map_err(drv("cuMemAlloc"))?;
         {
-            let mut g = Guards(Vec::new());
+            let mut g = Guards::default();
             let io = Io {
                 q: g.r(&dq, st),
                 k: g.r(&dk, st),
@@ -551,7 +546,7 @@ impl Tc {
             Work::Scan
         };
         let mut sc = Scratch::new(alloc, p, work)?;
-        let mut g = Guards(Vec::new());
+        let mut g = Guards::default();
         let io = Io {
             q: g.r(q, stream),
             k: g.r(k, stream),
@@ -560,13 +555,13 @@ impl Tc {
             mask: mask.map_or(0, |m| g.r(m, stream)),
         };
         {
-            let mut gs = Guards(Vec::new());
+            let mut gs = Guards::default();
             let ptrs = gs.scratch(&mut sc, stream);
             self.enqueue(stream, p, c, io, &ptrs, work)?;
             if !propagate {
                 drop(gs);
                 sc.decide(alloc)?;
-                let mut gs = Guards(Vec::new());
+                let mut gs = Guards::default();
                 let ptrs = gs.scratch(&mut sc, stream);
                 self.enqueue(stream, p, c, io, &ptrs, Work::Kernel)?;
             }
@@ -598,7 +593,7 @@ impl Tc {
         };
         let mut sc = Scratch::new(alloc, p, work)?;
         let (e0, e1) = (timing::event(alloc)?, timing::event(alloc)?);
-        let mut g = Guards(Vec::new());
+        let mut g = Guards::default();
         let io = Io {
             q: g.r(q, stream),
             k: g.r(k, stream),
@@ -643,7 +638,7 @@ impl Tc {
         let mut sc = Scratch::new(st, p, work)?;
         timing::sample(st, warmup, iters, per_sample, rotate, |i| {
             let x = &sets[i];
-            let mut g = Guards(Vec::new());
+            let mut g = Guards::default();
             let ptrs = g.scratch(&mut sc, st);
             let io = Io {
                 q: g.r(&x.q, st),
@@ -708,19 +703,8 @@ fn kv_lens_buffer(st: &Arc<CudaStream>, p: &Problem) -> Result<Option<CudaSlice<
     }
 }
 
-/// Holds cudarc's stream-ordering guards of every buffer a launch touches until it is enqueued.
-struct Guards<'a>(Vec<SyncOnDrop<'a>>);
+/// The path's scratch buffers, with their guards.
 impl<'a> Guards<'a> {
-    fn r<T>(&mut self, s: &'a CudaSlice<T>, st: &'a CudaStream) -> u64 {
-        let (p, g) = s.device_ptr(st);
-        self.0.push(g);
-        p
-    }
-    fn w<T>(&mut self, s: &'a mut CudaSlice<T>, st: &'a CudaStream) -> u64 {
-        let (p, g) = s.device_ptr_mut(st);
-        self.0.push(g);
-        p
-    }
     fn scratch(&mut self, sc: &'a mut Scratch, st: &'a CudaStream) -> ScratchPtrs {
         let Scratch {
             kv_lens,

@@ -3,7 +3,7 @@
 //! `per_sample` calls back to back between one pair of events, cycling the input sets so that one
 //! does not sit in L2. The figures are per call: median, fastest and slowest sample.
 
-use super::{BenchResult, bench_result, drv};
+use super::{BenchResult, drv};
 use crate::dtype::Element;
 use crate::error::Result;
 use crate::inputs::{GenOptions, generate};
@@ -96,4 +96,22 @@ pub(crate) fn sample(
         }
     }
     Ok(bench_result(times, rotate))
+}
+
+/// The summary of per-launch times (microseconds): median, fastest, slowest.
+fn bench_result(mut times: Vec<f64>, rotate: usize) -> BenchResult {
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    let median = match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => times[n / 2],
+        _ => 0.5 * (times[n / 2 - 1] + times[n / 2]),
+    };
+    BenchResult {
+        median_us: median,
+        min_us: times.first().copied().unwrap_or(f64::NAN),
+        max_us: times.last().copied().unwrap_or(f64::NAN),
+        iters: n,
+        rotate,
+    }
 }

@@ -187,8 +187,35 @@ __device__ __forceinline__ void prepare_row(const typename E::T* src, bool exist
     }
 }
 
+// §2 for a row a warp holds in registers (lane l holds elements l + 32e, zeros past D): the
+// operations of prepare_row — sanitise in place, the row's bad flag (0 or 1) and, when `scale`,
+// its shift from the largest exponent field (0 otherwise), then one multiply per element. The
+// integer max and OR over the warp are exact and order-free. Used where several rows' loads
+// should be in flight at once: the K rows of prepare_kv_regs and the fast kernel's query rows.
+template <int EPL>
+__device__ __forceinline__ void prepare_regs(float (&x)[EPL], bool scale, int& shift, unsigned& bad) {
+    unsigned b = 0, emax = 0;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+        b |= nonfinite_mask(x[e]);
+        x[e] = sanitize(x[e]);
+        emax = max(emax, expfield(x[e]));
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        b |= __shfl_xor_sync(0xFFFFFFFFu, b, o);
+        emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
+    }
+    shift = scale ? row_shift(emax) : 0;
+    bad = b != 0 ? 1u : 0u;
+    if (scale) {
+        const float f = pow2(shift);
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) x[e] = __fmul_rn(x[e], f);  // §2.5: one multiply per element
+    }
+}
+
 // prepare_row for a K row and a V row at once, for DP = 32 * EPL: each lane loads its EPL
-// elements of both rows first (the loads overlap), then the same operations as prepare_row.
+// elements of both rows first (the loads overlap), then prepare_regs on each (V: sanitised only).
 template <class E, int EPL>
 __device__ __forceinline__ void prepare_kv_regs(const Params& P, const typename E::T* k, const typename E::T* v,
                                                 bool exists, long long r) {
@@ -201,33 +228,21 @@ __device__ __forceinline__ void prepare_kv_regs(const Params& P, const typename 
         xk[e] = in ? E::load(k, d) : 0.0f;
         xv[e] = in ? E::load(v, d) : 0.0f;
     }
-    unsigned badk = 0, badv = 0, emax = 0;
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) {
-        badk |= nonfinite_mask(xk[e]);
-        badv |= nonfinite_mask(xv[e]);
-        xk[e] = sanitize(xk[e]);
-        xv[e] = sanitize(xv[e]);
-        emax = max(emax, expfield(xk[e]));
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        badk |= __shfl_xor_sync(0xFFFFFFFFu, badk, o);
-        badv |= __shfl_xor_sync(0xFFFFFFFFu, badv, o);
-        emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
-    }
-    const int shift = row_shift(emax);
-    const float f = pow2(shift);
+    int shift, unused;
+    unsigned badk, badv;
+    prepare_regs<EPL>(xk, true, shift, badk);
+    prepare_regs<EPL>(xv, false, unused, badv);
     float* dk = P.kp + r * P.DP;
     float* dv = P.vp + r * P.DP;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) {
-        dk[lane + 32 * e] = __fmul_rn(xk[e], f);  // §2.5: one multiply per element
-        dv[lane + 32 * e] = xv[e];                 // V: sanitised only
+        dk[lane + 32 * e] = xk[e];
+        dv[lane + 32 * e] = xv[e];
     }
     if (lane == 0) {
         P.sk[r] = shift;
-        P.badk[r] = badk != 0 ? 1u : 0u;
-        P.badv[r] = badv != 0 ? 1u : 0u;
+        P.badk[r] = badk;
+        P.badv[r] = badv;
     }
 }
 
@@ -418,10 +433,9 @@ __device__ void exact_fast(const Params& P) {
     const int ntiles = (block_limit + TILE - 1) / TILE;
 
     // §2 for the block's query rows, here rather than in a launch of its own: warp w prepares
-    // rows w, w + NT/32, ... with the operations of prepare_row (sanitise, bad flag, shift from the
-    // largest exponent field, one multiply per element, zero columns D..DP-1). Every lane first
-    // loads all its elements of all its rows, so that the rows' loads overlap. Rows past Sq
-    // repeat the last row and are not written.
+    // rows w, w + NT/32, ... by prepare_regs (the operations of prepare_row; zero columns
+    // D..DP-1). Every lane first loads all its elements of all its rows, so that the rows' loads
+    // overlap. Rows past Sq repeat the last row and are not written.
     const long long qrow0 = (long long)bh * P.Sq;
     int* sqS = reinterpret_cast<int*>(sm + S::SQ_OFF);
     unsigned* badqS = reinterpret_cast<unsigned*>(sm + S::BADQ_OFF);
@@ -441,25 +455,15 @@ __device__ void exact_fast(const Params& P) {
         }
 #pragma unroll
         for (int r = 0; r < RPW; ++r) {
-            unsigned bad = 0, emax = 0;
-#pragma unroll
-            for (int e = 0; e < EPL; ++e) {
-                bad |= nonfinite_mask(x[r][e]);
-                x[r][e] = sanitize(x[r][e]);
-                emax = max(emax, expfield(x[r][e]));
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
-                emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
-            }
-            const int shift = row_shift(emax);
-            const float f = pow2(shift);
+            int shift;
+            unsigned bad;
+            prepare_regs<EPL>(x[r], true, shift, bad);
             const int row = warp + (NT / 32) * r;
 #pragma unroll
-            for (int e = 0; e < EPL; ++e) Qs[row * S::QS + lane + 32 * e] = __fmul_rn(x[r][e], f);
+            for (int e = 0; e < EPL; ++e) Qs[row * S::QS + lane + 32 * e] = x[r][e];
             if (lane == 0) {
                 sqS[row] = shift;
-                badqS[row] = bad != 0 ? 1u : 0u;
+                badqS[row] = bad;
             }
         }
     }

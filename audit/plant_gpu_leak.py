@@ -17,15 +17,11 @@ Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda` must 
 Nothing it writes is shipped: the crate embeds kernels/cubin/ only.
 """
 import argparse
-import hashlib
-import json
 import os
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "kernels"))
-import build  # noqa: E402  (kernels/build.py: the pinned NVRTC and its options)
+import planting
+from planting import ROOT, build
 
 # (what the shipped source says, what the leaky copy says instead). Each must match at least once;
 # every occurrence is replaced (the kernel has a full-tile and a partial-tile copy of some steps).
@@ -47,38 +43,12 @@ PLANTS = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".carry/cubin-leaky")
+    ap.add_argument("--arch", default="sm_90", choices=build.ARCHS)
     args = ap.parse_args()
     out = Path(os.getcwd(), args.out)
     os.chdir(ROOT)
-    src = Path("kernels/exact.cu").read_text()
-    for old, new in PLANTS:
-        n = src.count(old)
-        if n == 0:
-            sys.exit(f"plant_gpu_leak: the line is not in kernels/exact.cu:\n  {old}\n"
-                     "(the kernel changed: update PLANTS)")
-        src = src.replace(old, new)
-        print(f"plant_gpu_leak: planted at {n} place(s): {new.split('//')[0].strip()[:70]}...")
-    build.ensure_toolchain()
-    nvrtc = build.Nvrtc()
-    # The same program name and options as the shipped build, so only the planted lines differ.
-    cubin, log = nvrtc.compile(src.encode(), "kernels/exact.cu", build.nvrtc_options("sm_90"))
-    if cubin is None:
-        sys.exit(f"plant_gpu_leak: NVRTC failed:\n{log}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "exact.sm_90.cubin").write_bytes(cubin)
-    sha = hashlib.sha256(cubin).hexdigest()
-    # The override folder holds every cubin the crate may load (a missing one is an error, never a
-    # fall-back): the shipped TensorCore cubin, unchanged, beside the leaky Exact one.
-    tc = (ROOT / "kernels/cubin/tensorcore.sm_90.cubin").read_bytes()
-    (out / "tensorcore.sm_90.cubin").write_bytes(tc)
-    (out / "manifest.json").write_text(json.dumps([{"file": "exact.sm_90.cubin", "arch": "sm_90", "sha256": sha,
-                                                    "size": len(cubin), "note": "PLANTED LEAK, never shipped"},
-                                                   {"file": "tensorcore.sm_90.cubin", "arch": "sm_90",
-                                                    "sha256": hashlib.sha256(tc).hexdigest(), "size": len(tc),
-                                                    "note": "the shipped cubin"}],
-                                                  indent=2) + "\n")
-    (out / "exact.sm_90.sass").write_text(build.compact_sass(build.cuobjdump("-sass", out / "exact.sm_90.cubin")))
-    print(f"plant_gpu_leak: {len(PLANTS)} shortcuts planted; {out / 'exact.sm_90.cubin'} sha256 {sha}")
+    sha = planting.build_leaky("plant_gpu_leak", "exact", PLANTS, out, args.arch)
+    print(f"plant_gpu_leak: {len(PLANTS)} shortcuts planted; {out / f'exact.{args.arch}.cubin'} sha256 {sha}")
 
 
 if __name__ == "__main__":

@@ -27,16 +27,11 @@ kernels/cubin/ only. If the kernel changed so that a planted line is no longer f
 stops and says which (update PLANTS).
 """
 import argparse
-import hashlib
-import json
 import os
-import shutil
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "kernels"))
-import build  # noqa: E402  (kernels/build.py: the pinned NVRTC and its options)
+import planting
+from planting import ROOT, build
 
 # (what the shipped source says, what the leaky copy says instead). Each must match at least once;
 # every occurrence is replaced.
@@ -68,10 +63,6 @@ PLANTS = [
 ]
 
 
-def sha256(b):
-    return hashlib.sha256(b).hexdigest()
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".carry/cubin-tc-leaky")
@@ -79,37 +70,8 @@ def main():
     args = ap.parse_args()
     out = Path(os.getcwd(), args.out)
     os.chdir(ROOT)
-    src = Path("kernels/tensorcore.cu").read_text()
-    for old, new in PLANTS:
-        n = src.count(old)
-        if n == 0:
-            sys.exit(f"plant_tc_leak: the text is not in kernels/tensorcore.cu:\n  {old}\n"
-                     "(the kernel changed: update PLANTS)")
-        src = src.replace(old, new)
-        line = next(x for x in new.splitlines() if "PLANTED" in x)
-        print(f"plant_tc_leak: planted at {n} place(s): {line.strip()[:80]}")
-    build.ensure_toolchain()
-    nvrtc = build.Nvrtc()
-    cubin, log = nvrtc.compile(src.encode(), "kernels/tensorcore.cu", build.nvrtc_options(args.arch))
-    if cubin is None:
-        sys.exit(f"plant_tc_leak: NVRTC failed:\n{log}")
-    out.mkdir(parents=True, exist_ok=True)
-    tc_file, exact_file = f"tensorcore.{args.arch}.cubin", f"exact.{args.arch}.cubin"
-    (out / tc_file).write_bytes(cubin)
-    # The override reads both cubins from the folder: the Exact one is the shipped one, unchanged.
-    shutil.copyfile(build.CUBIN_DIR / exact_file, out / exact_file)
-    exact = (out / exact_file).read_bytes()
-    manifest = [
-        {"file": tc_file, "arch": args.arch, "sha256": sha256(cubin), "size": len(cubin),
-         "note": "PLANTED LEAK, never shipped"},
-        {"file": exact_file, "arch": args.arch, "sha256": sha256(exact), "size": len(exact),
-         "note": "copy of the shipped kernels/cubin/" + exact_file},
-    ]
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    sass = out / f"tensorcore.{args.arch}.sass"
-    sass.write_text(build.compact_sass(build.cuobjdump("-sass", out / tc_file)))
-    (out / f"tensorcore.{args.arch}.res.txt").write_text(build.cuobjdump("-res-usage", out / tc_file))
-    print(f"plant_tc_leak: {len(PLANTS)} shortcuts planted; {out / tc_file} sha256 {sha256(cubin)}")
+    sha = planting.build_leaky("plant_tc_leak", "tensorcore", PLANTS, out, args.arch)
+    print(f"plant_tc_leak: {len(PLANTS)} shortcuts planted; {out / f'tensorcore.{args.arch}.cubin'} sha256 {sha}")
     print(f"plant_tc_leak: on a GPU: DETATTN_TEST_CUBIN_DIR={args.out} detattn-dudect --backend cuda "
           "--path tensorcore --expect-leak")
 

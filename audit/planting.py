@@ -51,6 +51,7 @@ def build_leaky(tool, stem, plants, out, arch):
         manifest.append({"file": shipped.name, "arch": arch, "sha256": sha256(data), "size": len(data),
                          "note": f"copy of the shipped {shipped.as_posix()}"})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    build.write_sums(out, manifest)
     (out / f"{stem}.{arch}.sass").write_text(build.compact_sass(build.cuobjdump("-sass", out / leaky)))
     (out / f"{stem}.{arch}.res.txt").write_text(build.cuobjdump("-res-usage", out / leaky))
     return sha256(cubin)

@@ -134,6 +134,14 @@ class Nvrtc:
             lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
+def write_sums(out_dir, entries):
+    """SHA256SUMS beside the cubins (`<hex>  <file>`, as sha256sum writes it, sorted by file): the
+    hashes the crate checks before it loads a cubin (src/cuda/cubins.rs). manifest.json says how
+    each was built; this file is what the library reads."""
+    lines = "".join(f"{e['sha256']}  {e['file']}\n" for e in sorted(entries, key=lambda e: e["file"]))
+    (out_dir / "SHA256SUMS").write_text(lines)
+
+
 def build_into(out_dir):
     """Compile every source for every arch into out_dir; return the manifest entries."""
     nvrtc = Nvrtc()
@@ -168,6 +176,7 @@ def build_into(out_dir):
         })
     manifest = json.dumps(entries, indent=2, sort_keys=True) + "\n"
     (out_dir / "manifest.json").write_text(manifest)
+    write_sums(out_dir, entries)
     return entries
 
 
@@ -203,7 +212,7 @@ def cmd_check(_args):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         entries = build_into(tmp)
-        fresh = {e["file"] for e in entries} | {"manifest.json"}
+        fresh = {e["file"] for e in entries} | {"manifest.json", "SHA256SUMS"}
         for name in sorted(fresh):
             mine = CUBIN_DIR / name
             status = "OK" if mine.exists() and mine.read_bytes() == (tmp / name).read_bytes() else \
@@ -336,6 +345,7 @@ def cmd_nvcc13(args):
                             "compiler_version": version, "options": nvcc13_options(arch)})
             print(f"{sha256(cubin)}  {out_dir / file}  ({len(cubin)} bytes)")
     (out_dir / "manifest.json").write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
+    write_sums(out_dir, entries)
     print(f"built {len(entries)} cubins with nvcc {version} into {out_dir}/")
 
 

@@ -285,7 +285,8 @@ impl Inner {
             minor,
             supported: cubins::ARCHS.join(", "),
         })?;
-        let (cubin, source) = cubins::load(arch)?;
+        let c = cubins::load("exact", arch)?;
+        let (cubin, source) = (c.bytes.into_owned(), c.source);
         let ctx = CudaContext::new(ordinal).map_err(drv("cuCtxCreate"))?;
         let stream = ctx.default_stream();
         let module = Module::load(&ctx, &cubin)?;

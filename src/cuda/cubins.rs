@@ -1,86 +1,62 @@
-//! The embedded `Exact` kernel binaries and their integrity check.
+//! The embedded kernel binaries and their integrity check.
 //!
-//! One cubin per architecture, built ahead of time by `kernels/build.py` (docs/build.md) and
-//! committed with `kernels/cubin/manifest.json`. Before a cubin is handed to the driver its
-//! SHA-256 is compared with the manifest's; a mismatch is [`Error::CubinIntegrity`], never a
-//! fallback to another binary.
+//! One cubin per kernel source and architecture, built ahead of time by `kernels/build.py`
+//! (docs/build.md) and committed with `kernels/cubin/SHA256SUMS`. Before a cubin is handed to the
+//! driver its SHA-256 is compared with the one recorded there; a mismatch is
+//! [`Error::CubinIntegrity`], never a fallback to another binary.
 //!
-//! **For testing only** (the D7 compiler-independence check, the planted-leak timing tests): when
-//! the environment variable `DETATTN_TEST_CUBIN_DIR` names a folder, `exact.<arch>.cubin` and
-//! `tensorcore.<arch>.cubin` are read from that folder instead and checked against the
-//! `manifest.json` in the same folder; a cubin missing there is an error, never a fall-back to
-//! the embedded one (a test must know which binary it timed). Production code never sets it.
+//! **What runs is what was audited.** In a default build nothing outside the binary can change
+//! which cubin is loaded: no environment variable, file or argument is read here. Only a build
+//! with the non-default cargo feature `test-override` (the planted-leak timing tests and the
+//! second-compiler check D7 need one) reads the environment variable [`TEST_CUBIN_DIR_ENV`]: when
+//! it names a folder, every cubin comes from that folder instead, checked against the
+//! `SHA256SUMS` in the same folder, and a cubin missing there is an error (a test must know which
+//! binary it timed). Such a build says so in `detattn info` and `detattn selftest`
+//! ([`OVERRIDE_CAPABLE`]).
 
 use crate::error::{Error, Result};
 use sha2::{Digest as _, Sha256};
+use std::borrow::Cow;
 
-/// The test-only override of the embedded cubins (see the module docs).
+/// The environment variable a `test-override` build reads (see the module docs). A default
+/// build never reads it.
 pub const TEST_CUBIN_DIR_ENV: &str = "DETATTN_TEST_CUBIN_DIR";
+
+/// Whether this build can load cubins from [`TEST_CUBIN_DIR_ENV`] (the `test-override` feature).
+/// `false` in every default build.
+pub const OVERRIDE_CAPABLE: bool = cfg!(feature = "test-override");
 
 /// Architectures we ship, in order.
 pub const ARCHS: [&str; 4] = ["sm_80", "sm_86", "sm_89", "sm_90"];
 
-const MANIFEST: &str = include_str!("../../kernels/cubin/manifest.json");
+const SUMS: &str = include_str!("../../kernels/cubin/SHA256SUMS");
 
-static EMBEDDED: [(&str, &[u8]); 4] = [
-    (
-        "exact.sm_80.cubin",
-        include_bytes!("../../kernels/cubin/exact.sm_80.cubin"),
-    ),
-    (
-        "exact.sm_86.cubin",
-        include_bytes!("../../kernels/cubin/exact.sm_86.cubin"),
-    ),
-    (
-        "exact.sm_89.cubin",
-        include_bytes!("../../kernels/cubin/exact.sm_89.cubin"),
-    ),
-    (
-        "exact.sm_90.cubin",
-        include_bytes!("../../kernels/cubin/exact.sm_90.cubin"),
-    ),
+macro_rules! cubins {
+    ($($file:literal),* $(,)?) => {
+        [$(($file, include_bytes!(concat!("../../kernels/cubin/", $file)) as &[u8])),*]
+    };
+}
+
+static EMBEDDED: [(&str, &[u8]); 8] = cubins![
+    "exact.sm_80.cubin",
+    "exact.sm_86.cubin",
+    "exact.sm_89.cubin",
+    "exact.sm_90.cubin",
+    "tensorcore.sm_80.cubin",
+    "tensorcore.sm_86.cubin",
+    "tensorcore.sm_89.cubin",
+    "tensorcore.sm_90.cubin",
 ];
 
-/// The `TensorCore` kernel binaries (kernels/tensorcore.cu), one per architecture in [`ARCHS`]
-/// order, in the same manifest. The test-only folder override applies to them as to the `Exact`
-/// ones (module docs).
-static TC_EMBEDDED: [(&str, &[u8]); 4] = [
-    (
-        "tensorcore.sm_80.cubin",
-        include_bytes!("../../kernels/cubin/tensorcore.sm_80.cubin"),
-    ),
-    (
-        "tensorcore.sm_86.cubin",
-        include_bytes!("../../kernels/cubin/tensorcore.sm_86.cubin"),
-    ),
-    (
-        "tensorcore.sm_89.cubin",
-        include_bytes!("../../kernels/cubin/tensorcore.sm_89.cubin"),
-    ),
-    (
-        "tensorcore.sm_90.cubin",
-        include_bytes!("../../kernels/cubin/tensorcore.sm_90.cubin"),
-    ),
-];
-
-/// The verified `TensorCore` cubin for `arch` and its file name: the embedded one, or under the
-/// test override the folder's (its name then says `(test override)`).
-pub(crate) fn load_tensorcore(arch: &str) -> Result<(&'static [u8], &'static str)> {
-    let file = format!("tensorcore.{arch}.cubin");
-    if let Some(dir) = std::env::var_os(TEST_CUBIN_DIR_ENV) {
-        return load_override_static(&std::path::PathBuf::from(dir), &file);
-    }
-    let (name, bytes) = TC_EMBEDDED
-        .iter()
-        .find(|(f, _)| *f == file)
-        .copied()
-        .ok_or_else(|| Error::CubinIntegrity {
-            file: file.clone(),
-            expected: "an embedded cubin".into(),
-            actual: "none".into(),
-        })?;
-    verify(name, bytes, MANIFEST)?;
-    Ok((bytes, name))
+/// A verified cubin, ready for the driver.
+#[derive(Debug)]
+pub(crate) struct Cubin {
+    /// The bytes (borrowed from the binary when embedded).
+    pub bytes: Cow<'static, [u8]>,
+    /// `exact.sm_90.cubin`.
+    pub file: String,
+    /// Where it came from: `embedded`, or `DIR/FILE (test override)`.
+    pub source: String,
 }
 
 /// Lowercase hex SHA-256.
@@ -91,35 +67,19 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// `(file, sha256)` of every entry of a manifest text.
-fn manifest_hashes(text: &str) -> std::result::Result<Vec<(String, String)>, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let list = v.as_array().ok_or("manifest is not a JSON list")?;
-    list.iter()
-        .map(|e| {
-            let f = e.get("file").and_then(|x| x.as_str());
-            let h = e.get("sha256").and_then(|x| x.as_str());
-            match (f, h) {
-                (Some(f), Some(h)) => Ok((f.to_string(), h.to_string())),
-                _ => Err("manifest entry without file or sha256".to_string()),
-            }
-        })
-        .collect()
+/// The SHA-256 recorded for `file` in a `SHA256SUMS` text (`<hex>  <file>` per line, as
+/// `sha256sum` writes it).
+fn recorded(sums: &str, file: &str) -> Option<String> {
+    sums.lines()
+        .filter_map(|l| l.split_once("  "))
+        .find(|(_, f)| f.trim() == file)
+        .map(|(h, _)| h.trim().to_string())
 }
 
-/// Check `bytes` against the manifest entry for `file`.
-fn verify(file: &str, bytes: &[u8], manifest: &str) -> Result<()> {
+/// Check `bytes` against the entry for `file` in `sums`.
+fn verify(file: &str, bytes: &[u8], sums: &str) -> Result<()> {
     let actual = sha256_hex(bytes);
-    let expected = manifest_hashes(manifest)
-        .map_err(|e| Error::CubinIntegrity {
-            file: file.to_string(),
-            expected: format!("(unreadable manifest: {e})"),
-            actual: actual.clone(),
-        })?
-        .into_iter()
-        .find(|(f, _)| f == file)
-        .map(|(_, h)| h)
-        .unwrap_or_else(|| "(no manifest entry)".to_string());
+    let expected = recorded(sums, file).unwrap_or_else(|| "(no SHA256SUMS entry)".into());
     if expected != actual {
         return Err(Error::CubinIntegrity {
             file: file.to_string(),
@@ -130,89 +90,13 @@ fn verify(file: &str, bytes: &[u8], manifest: &str) -> Result<()> {
     Ok(())
 }
 
-/// One embedded cubin as the probe reports it.
-pub(crate) struct Embedded {
-    pub file: &'static str,
-    pub arch: &'static str,
-    pub sha256: String,
-    pub verified: bool,
-}
-
-/// Every embedded cubin with its manifest hash and whether the bytes match it.
-pub(crate) fn embedded() -> Vec<Embedded> {
-    let hashes = manifest_hashes(MANIFEST).unwrap_or_default();
-    EMBEDDED
-        .iter()
-        .zip(ARCHS)
-        .chain(TC_EMBEDDED.iter().zip(ARCHS))
-        .map(|((file, bytes), arch)| {
-            let sha = hashes
-                .iter()
-                .find(|(f, _)| f == file)
-                .map(|(_, h)| h.clone())
-                .unwrap_or_default();
-            Embedded {
-                file,
-                arch,
-                verified: sha == sha256_hex(bytes),
-                sha256: sha,
-            }
-        })
-        .collect()
-}
-
-/// `sm_XY` for a compute capability, if we ship a cubin for it.
-pub(crate) fn arch_of(major: i32, minor: i32) -> Option<&'static str> {
-    let name = format!("sm_{major}{minor}");
-    ARCHS.iter().copied().find(|a| *a == name)
-}
-
-/// `file` from the test folder `dir`, checked against the folder's `manifest.json`; the bytes and
-/// where they came from (`DIR/FILE (test override)`).
-fn load_override(dir: &std::path::Path, file: &str) -> Result<(Vec<u8>, String)> {
-    let read = |name: &str| {
-        std::fs::read(dir.join(name)).map_err(|e| Error::CubinIntegrity {
-            file: format!("{}", dir.join(name).display()),
-            expected: "a readable file".into(),
-            actual: e.to_string(),
-        })
-    };
-    let bytes = read(file)?;
-    let manifest = String::from_utf8_lossy(&read("manifest.json")?).into_owned();
-    verify(file, &bytes, &manifest)?;
-    Ok((
-        bytes,
-        format!("{} (test override)", dir.join(file).display()),
-    ))
-}
-
-/// [`load_override`] with `'static` results, as the `TensorCore` loader hands them out (its
-/// cubin and name live as long as the process when embedded). Each distinct override file is
-/// read and leaked once per process, so repeated backends do not leak more: test-only memory,
-/// a few MB at most.
-fn load_override_static(
-    dir: &std::path::Path,
-    file: &str,
-) -> Result<(&'static [u8], &'static str)> {
-    type Loaded = Vec<(std::path::PathBuf, &'static [u8], &'static str)>;
-    static LOADED: std::sync::Mutex<Loaded> = std::sync::Mutex::new(Vec::new());
-    let path = dir.join(file);
-    // A poisoned lock only means another thread panicked while holding it; the list is intact.
-    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, bytes, name)) = loaded.iter().find(|(p, _, _)| *p == path) {
-        return Ok((*bytes, *name));
-    }
-    let (bytes, name) = load_override(dir, file)?;
-    let (bytes, name): (&'static [u8], &'static str) = (Vec::leak(bytes), String::leak(name));
-    loaded.push((path, bytes, name));
-    Ok((bytes, name))
-}
-
-/// The verified cubin bytes for `arch`, and where they came from (`embedded` or the test folder).
-pub(crate) fn load(arch: &str) -> Result<(Vec<u8>, String)> {
-    let file = format!("exact.{arch}.cubin");
+/// The verified cubin of kernel source `stem` for `arch`: the embedded one (in a `test-override`
+/// build with the variable set, the folder's; module docs).
+pub(crate) fn load(stem: &str, arch: &str) -> Result<Cubin> {
+    let file = format!("{stem}.{arch}.cubin");
+    #[cfg(feature = "test-override")]
     if let Some(dir) = std::env::var_os(TEST_CUBIN_DIR_ENV) {
-        return load_override(&std::path::PathBuf::from(dir), &file);
+        return test_override::load(std::path::Path::new(&dir), &file);
     }
     let bytes = EMBEDDED
         .iter()
@@ -223,81 +107,116 @@ pub(crate) fn load(arch: &str) -> Result<(Vec<u8>, String)> {
             expected: "an embedded cubin".into(),
             actual: "none".into(),
         })?;
-    verify(&file, bytes, MANIFEST)?;
-    Ok((bytes.to_vec(), format!("embedded {file}")))
+    verify(&file, bytes, SUMS)?;
+    Ok(Cubin {
+        bytes: Cow::Borrowed(bytes),
+        file,
+        source: "embedded".into(),
+    })
+}
+
+#[cfg(feature = "test-override")]
+mod test_override {
+    use super::{Cubin, verify};
+    use crate::error::{Error, Result};
+    use std::borrow::Cow;
+    use std::path::Path;
+
+    /// `file` from the test folder `dir`, checked against the folder's `SHA256SUMS`.
+    pub(super) fn load(dir: &Path, file: &str) -> Result<Cubin> {
+        let read = |name: &str| {
+            std::fs::read(dir.join(name)).map_err(|e| Error::CubinIntegrity {
+                file: format!("{}", dir.join(name).display()),
+                expected: "a readable file".into(),
+                actual: e.to_string(),
+            })
+        };
+        let bytes = read(file)?;
+        let sums = String::from_utf8_lossy(&read("SHA256SUMS")?).into_owned();
+        verify(file, &bytes, &sums)?;
+        Ok(Cubin {
+            bytes: Cow::Owned(bytes),
+            file: file.to_string(),
+            source: format!("{} (test override)", dir.join(file).display()),
+        })
+    }
+}
+
+/// One embedded cubin as the probe reports it.
+pub(crate) struct Embedded {
+    pub file: &'static str,
+    pub arch: &'static str,
+    pub sha256: String,
+    pub verified: bool,
+    /// Where [`load`] takes this cubin from in this process: `embedded`, the test folder, or the
+    /// error it would return.
+    pub loads_from: String,
+}
+
+/// Every embedded cubin with its recorded hash, whether the bytes match it, and where [`load`]
+/// would take it from (so `detattn info` shows an override in force).
+pub(crate) fn embedded() -> Vec<Embedded> {
+    EMBEDDED
+        .iter()
+        .map(|(file, bytes)| {
+            let (stem, rest) = file.split_once('.').unwrap_or((file, ""));
+            let arch = rest.trim_end_matches(".cubin");
+            let arch = ARCHS.iter().copied().find(|a| *a == arch).unwrap_or("?");
+            let sha = recorded(SUMS, file).unwrap_or_default();
+            Embedded {
+                file,
+                arch,
+                verified: sha == sha256_hex(bytes),
+                sha256: sha,
+                loads_from: match load(stem, arch) {
+                    Ok(c) => c.source,
+                    Err(e) => format!("error: {e}"),
+                },
+            }
+        })
+        .collect()
+}
+
+/// `sm_XY` for a compute capability, if we ship cubins for it.
+pub(crate) fn arch_of(major: i32, minor: i32) -> Option<&'static str> {
+    let name = format!("sm_{major}{minor}");
+    ARCHS.iter().copied().find(|a| *a == name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The kernel sources (`kernels/<stem>.cu`), one cubin each per architecture.
+    const STEMS: [&str; 2] = ["exact", "tensorcore"];
+
     #[test]
-    fn embedded_cubins_match_the_manifest() {
-        for e in embedded() {
-            assert!(e.verified, "{} does not match its manifest hash", e.file);
+    fn every_shipped_cubin_is_embedded_and_matches_its_recorded_hash() {
+        let all = embedded();
+        assert_eq!(all.len(), STEMS.len() * ARCHS.len());
+        for e in &all {
+            assert!(e.verified, "{} does not match its SHA256SUMS entry", e.file);
             assert_eq!(e.sha256.len(), 64);
         }
-        for a in ARCHS {
-            assert!(load(a).is_ok(), "{a}");
-            assert!(load_tensorcore(a).is_ok(), "tensorcore {a}");
+        for stem in STEMS {
+            for arch in ARCHS {
+                let file = format!("{stem}.{arch}.cubin");
+                assert!(all.iter().any(|e| e.file == file), "{file} not embedded");
+            }
         }
     }
 
     #[test]
     fn a_flipped_byte_is_an_integrity_error() {
-        let mut bytes = EMBEDDED[3].1.to_vec();
+        let (file, bytes) = EMBEDDED[3];
+        let mut bytes = bytes.to_vec();
         bytes[100] ^= 1;
-        match verify(EMBEDDED[3].0, &bytes, MANIFEST) {
-            Err(Error::CubinIntegrity { file, .. }) => assert_eq!(file, "exact.sm_90.cubin"),
+        match verify(file, &bytes, SUMS) {
+            Err(Error::CubinIntegrity { file: f, .. }) => assert_eq!(f, file),
             other => panic!("expected CubinIntegrity, got {other:?}"),
         }
-        // And an entry missing from the manifest is one too.
-        assert!(verify("nope.cubin", &bytes, MANIFEST).is_err());
-    }
-
-    #[test]
-    fn the_test_override_reads_the_folder_and_never_falls_back() {
-        // A folder holding a copy of the embedded sm_90 tensorcore cubin and its manifest entry
-        // (called directly: setting the variable would race with the other tests).
-        let dir =
-            std::env::temp_dir().join(format!("detattn-cubin-override-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (file, bytes) = TC_EMBEDDED[3];
-        std::fs::write(dir.join(file), bytes).unwrap();
-        let manifest = format!(
-            r#"[{{"file": "{file}", "sha256": "{}"}}]"#,
-            sha256_hex(bytes)
-        );
-        std::fs::write(dir.join("manifest.json"), manifest).unwrap();
-
-        let (b1, name) = load_override_static(&dir, file).unwrap();
-        assert_eq!(b1, bytes);
-        assert!(
-            name.ends_with("tensorcore.sm_90.cubin (test override)"),
-            "{name}"
-        );
-        // Read once per process: the same leaked bytes the second time.
-        let (b2, _) = load_override_static(&dir, file).unwrap();
-        assert!(std::ptr::eq(b1, b2));
-        // A cubin missing from the folder is an error, not the embedded one.
-        assert!(matches!(
-            load_override_static(&dir, "tensorcore.sm_80.cubin"),
-            Err(Error::CubinIntegrity { .. })
-        ));
-        // A cubin that does not match the folder's manifest is an error.
-        let mut bad = bytes.to_vec();
-        bad[100] ^= 1;
-        std::fs::write(dir.join("exact.sm_90.cubin"), &bad).unwrap();
-        let m2 = format!(
-            r#"[{{"file": "exact.sm_90.cubin", "sha256": "{}"}}]"#,
-            sha256_hex(bytes)
-        );
-        std::fs::write(dir.join("manifest.json"), m2).unwrap();
-        assert!(matches!(
-            load_override(&dir, "exact.sm_90.cubin"),
-            Err(Error::CubinIntegrity { .. })
-        ));
-        std::fs::remove_dir_all(&dir).unwrap();
+        // And a file without an entry is one too.
+        assert!(verify("nope.cubin", &bytes, SUMS).is_err());
     }
 
     #[test]
@@ -305,6 +224,40 @@ mod tests {
         assert_eq!(arch_of(9, 0), Some("sm_90"));
         assert_eq!(arch_of(8, 6), Some("sm_86"));
         assert_eq!(arch_of(7, 5), None);
-        assert_eq!(arch_of(10, 0), None);
+        assert_eq!(arch_of(11, 0), None);
+    }
+
+    #[cfg(feature = "test-override")]
+    #[test]
+    fn the_test_override_reads_the_folder_and_never_falls_back() {
+        // Called directly: setting the variable here would race with the other tests (the
+        // variable itself is exercised by tests/override.rs in a child process).
+        let dir =
+            std::env::temp_dir().join(format!("detattn-cubin-override-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, bytes) = EMBEDDED[7];
+        std::fs::write(dir.join(file), bytes).unwrap();
+        std::fs::write(
+            dir.join("SHA256SUMS"),
+            format!("{}  {file}\n", sha256_hex(bytes)),
+        )
+        .unwrap();
+        let c = test_override::load(&dir, file).unwrap();
+        assert_eq!(&*c.bytes, bytes);
+        assert!(c.source.ends_with("(test override)"), "{}", c.source);
+        // A cubin missing from the folder is an error, not the embedded one.
+        assert!(matches!(
+            test_override::load(&dir, "tensorcore.sm_80.cubin"),
+            Err(Error::CubinIntegrity { .. })
+        ));
+        // A cubin that does not match the folder's sums is an error.
+        let mut bad = bytes.to_vec();
+        bad[100] ^= 1;
+        std::fs::write(dir.join(file), &bad).unwrap();
+        assert!(matches!(
+            test_override::load(&dir, file),
+            Err(Error::CubinIntegrity { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -26,7 +26,7 @@ use crate::error::{Error, Result, TensorName};
 use crate::problem::Problem;
 use std::sync::Arc;
 
-pub use cubins::TEST_CUBIN_DIR_ENV;
+pub use cubins::{ARCHS, OVERRIDE_CAPABLE, TEST_CUBIN_DIR_ENV};
 pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
 pub use tensorcore::{
     TENSORCORE_HEAD_DIMS, golden_digest, tensorcore_expected_digests, tensorcore_supports,
@@ -67,6 +67,9 @@ pub struct CubinInfo {
     pub sha256: String,
     /// Whether the embedded bytes hash to it.
     pub verified: bool,
+    /// Where this process loads the cubin from: `embedded`; in a `test-override` build with
+    /// [`TEST_CUBIN_DIR_ENV`] set, the test folder; or the error loading it would give.
+    pub loads_from: String,
 }
 
 /// What the machine offers.
@@ -122,6 +125,7 @@ pub fn probe() -> Probe {
             arch: e.arch.to_string(),
             sha256: e.sha256,
             verified: e.verified,
+            loads_from: e.loads_from,
         })
         .collect();
     if !launch::driver_present() {
@@ -207,7 +211,7 @@ impl CudaBackend {
     }
 
     /// The embedded `TensorCore` cubin this device runs (`tensorcore.sm_90.cubin`), loading it.
-    pub fn tensorcore_cubin(&self) -> Result<&'static str> {
+    pub fn tensorcore_cubin(&self) -> Result<&str> {
         Ok(self.tensorcore()?.file())
     }
 

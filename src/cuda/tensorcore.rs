@@ -56,7 +56,7 @@ pub(crate) struct Tc {
     cfg_fwd: [Cfg; 3],
     cfg_dec: [Cfg; 3],
     policy: PolicyKernels,
-    file: &'static str,
+    file: String,
     // Declared last: dropped after the kernel handles that point into it.
     _module: Module,
 }
@@ -228,8 +228,9 @@ impl Tc {
     /// Load and verify `tensorcore.<arch>.cubin` into `ctx`, look up its 30 kernels and read
     /// the attention kernels' launch configurations.
     pub(crate) fn open(ctx: &Arc<CudaContext>, arch: &str) -> Result<Tc> {
-        let (cubin, file) = cubins::load_tensorcore(arch)?;
-        let module = Module::load(ctx, cubin)?;
+        let c = cubins::load("tensorcore", arch)?;
+        let module = Module::load(ctx, &c.bytes)?;
+        let file = c.file;
         let read = |name: &str| -> Result<Cfg> {
             let [bm, threads, smem, _bn] = module.constant_i32::<4>(name)?;
             Ok(Cfg {
@@ -289,8 +290,8 @@ impl Tc {
     }
 
     /// The embedded cubin's file name.
-    pub(crate) fn file(&self) -> &'static str {
-        self.file
+    pub(crate) fn file(&self) -> &str {
+        &self.file
     }
 
     fn choose(&self, p: &Problem, dtype: DType) -> Result<Choice> {

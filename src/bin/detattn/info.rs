@@ -20,10 +20,14 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
         print_json(&json!({
             "version": env!("CARGO_PKG_VERSION"),
             "digest_version": detattn::DIGEST_VERSION,
+            "override_capable": crate::override_capable(),
             "cpu": cpu,
             "cuda": cuda,
         }));
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(w) = crate::override_warning() {
+        outln!("{w}");
     }
     outln!("detattn {}", env!("CARGO_PKG_VERSION"));
     outln!("  digest format  v{}", detattn::DIGEST_VERSION);
@@ -83,6 +87,10 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
                     "HASH MISMATCH"
                 }
             );
+            let from = c["loads_from"].as_str().unwrap_or("?");
+            if from != "embedded" {
+                outln!("      LOADED FROM {from}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -130,7 +138,8 @@ fn cuda_info() -> Value {
         .cubins
         .iter()
         .map(
-            |c| json!({"file": c.file, "arch": c.arch, "sha256": c.sha256, "verified": c.verified}),
+            |c| json!({"file": c.file, "arch": c.arch, "sha256": c.sha256, "verified": c.verified,
+                       "loads_from": c.loads_from}),
         )
         .collect();
     json!({

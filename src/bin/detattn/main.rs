@@ -92,6 +92,24 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Whether this binary was built with the test-only `test-override` feature.
+pub(crate) fn override_capable() -> bool {
+    #[cfg(feature = "cuda")]
+    return detattn::cuda::OVERRIDE_CAPABLE;
+    #[cfg(not(feature = "cuda"))]
+    return false;
+}
+
+/// The banner an override-capable build prints first (`info`, `selftest`), or `None`.
+pub(crate) fn override_warning() -> Option<String> {
+    override_capable().then(|| {
+        "WARNING: TEST BUILD (cargo feature `test-override`): the environment variable \
+         DETATTN_TEST_CUBIN_DIR can replace the audited, embedded cubins. Never use this build \
+         in production."
+            .to_string()
+    })
+}
+
 /// Print a JSON value as the only thing on stdout.
 pub(crate) fn print_json(v: &serde_json::Value) {
     // A Value always serialises; pretty output keeps it readable for people too.

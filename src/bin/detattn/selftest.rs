@@ -226,6 +226,9 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
             outln!("{line}");
         }
     };
+    if let Some(w) = crate::override_warning() {
+        say(w);
+    }
     say(format!(
         "detattn {} selftest: {n} golden problems on the exact path (every backend), and on the \
          tensorcore path those it takes (every GPU)",
@@ -381,6 +384,7 @@ fn json_report(
         .collect();
     json!({
         "ok": ok,
+        "override_capable": crate::override_capable(),
         "backends": backends,
         "gpus_checked": plan.gpus_checked,
         "notes": plan.notes,

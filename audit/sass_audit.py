@@ -55,14 +55,16 @@ STORES_LOCAL = {"STL"}
 # global address is proven public (TMA/bulk: always assumed secret).
 GLOBAL_TO_SHARED = {"LDGSTS", "UTMALDG", "UBLKCP", "UTMAPF"}
 MEMORY = (GLOBAL_LOADS | SHARED_LOADS | LOCAL_LOADS | STORES_GLOBAL | STORES_SHARED | STORES_LOCAL
-          | GLOBAL_TO_SHARED | {"LDC", "ULDC", "CCTL", "CCTLL", "ATOMS"})
+          | GLOBAL_TO_SHARED | {"LDC", "ULDC", "LDCU", "CCTL", "CCTLL", "ATOMS"})
 NO_REG_DEST = (STORES_GLOBAL | STORES_SHARED | STORES_LOCAL | GLOBAL_TO_SHARED | CONTROL
                | {"MEMBAR", "FENCE", "DEPBAR", "LDGDEPBAR", "ERRBAR", "CCTL", "CCTLL", "NOP", "ARRIVES",
                   "SYNCS", "UTMACCTL", "UTMACMDFLUSH"})
 # Compare-like instructions write exactly two predicates (P0, PT) first; the rest are sources.
 TWO_PRED_DEST = {"ISETP", "FSETP", "DSETP", "HSETP2", "PSETP", "PLOP3", "UISETP", "UPSETP", "UPLOP3"}
 # Values that come from no data: special registers, constant bank (kernel parameters), clocks.
-UNTAINTED_SOURCES = {"S2R", "S2UR", "CS2R", "LDC", "ULDC"}
+# LDCU is Blackwell's (sm_100, sm_120) load of the constant bank into a uniform register, where
+# Hopper and earlier use ULDC.
+UNTAINTED_SOURCES = {"S2R", "S2UR", "CS2R", "LDC", "ULDC", "LDCU"}
 # Integer adders whose predicates right after the destination are carry outputs (IADD3 R1, P0, P1, ...;
 # LEA R2, P0, ...; IMAD.WIDE.U32 R2, P0, ...); their carry inputs come last (IADD3.X ..., P0, !PT).
 CARRY_OUT_OPS = {"IADD3", "UIADD3", "IADD", "UIADD", "LEA", "ULEA", "IMAD", "UIMAD", "IADD32I", "ISCADD"}
@@ -517,7 +519,7 @@ class KernelAnalysis:
                     srcs.append((name, 1))
                 continue
             if op.const is not None:
-                cw = 2 if wide_addend and i == 3 else dw if b in ("LDC", "ULDC") else sw
+                cw = 2 if wide_addend and i == 3 else dw if b in ("LDC", "ULDC", "LDCU") else sw
                 consts.append((op, cw))
             for name, w in op.regs:
                 if op.mem:

@@ -39,7 +39,7 @@ NV_B = Path(".venv-nvcc13/nvidia")  # Route B
 CUOBJDUMP = NV_A / "cu13/bin/cuobjdump"
 NVCC13 = NV_B / "cu13/bin/nvcc"
 
-ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90"]
+ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
 NVCC13_ARCHS = ["sm_80", "sm_90"]
 # IEEE float semantics spelled out (these are NVRTC's defaults except --fmad): no contraction of
 # a*b+c into an FMA, no flush of subnormals, correctly rounded div/sqrt. Required by D6/D7.

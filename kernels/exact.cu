@@ -25,14 +25,19 @@
 
 using namespace detattn;
 
-// The kernel ABI: one struct passed by value, mirrored by `Params` in src/cuda/launch.rs (same
-// field order, all pointers 8 bytes, then 32-bit scalars). Change both together.
+// The kernel ABI: one struct passed by value, mirrored by `ExactParams` in src/cuda/exact.rs (same
+// field order: pointers, then 64-bit strides, then 32-bit scalars). Change both together, and the
+// byte ranges of its audit/rules.toml entries.
+//
+// Q, K, V and out are logically [B, H, S, D]; element (b, h, s, d) of X is at
+// X[b*X_bs + h*X_hs + s*X_ss + d] (element strides; the host folds the layout's offset into the
+// pointer). Every layout reads and writes the same logical elements, so no bit depends on it.
 struct Params {
-    const void* q;          // [B, Hq, Sq, D] input dtype
-    const void* k;          // [B, Hkv, Skv, D]
-    const void* v;          // [B, Hkv, Skv, D]
-    const unsigned char* mask;  // [Bm, Hm, Sq, Skv], 0/1, or null
-    void* out;              // [B, Hq, Sq, D] input dtype
+    const void* q;          // [B, Hq, Sq, D] input dtype, strides q_*
+    const void* k;          // [B, Hkv, Skv, D], strides k_*
+    const void* v;          // [B, Hkv, Skv, D], strides v_*
+    const unsigned char* mask;  // [Bm, Hm, Sq, Skv], 0/1, or null (dense)
+    void* out;              // [B, Hq, Sq, D] input dtype, strides o_*; only its rows are written
     const int* kv_lens;     // [B]
     float* qp;              // prepared Q: [B*Hq*Sq, DP]
     float* kp;              // prepared K: [B*Hkv*SkvPad, DP]
@@ -44,6 +49,7 @@ struct Params {
     unsigned* badv;         // [B*Hkv*SkvPad]
     unsigned* flags;        // [3] reject flags (q, k, v)
     float* acc;             // generic path scratch [B*Hq*Sq, DP]
+    long long q_bs, q_hs, q_ss, k_bs, k_hs, k_ss, v_bs, v_hs, v_ss, o_bs, o_hs, o_ss;
     int B, Hq, Hkv, Sq, Skv, D;
     int DP;                 // prepared row stride (>= D, multiple of 4)
     int skv_pad;            // Skv rounded up to a multiple of 64
@@ -54,6 +60,8 @@ struct Params {
     int prep_head0, prep_job0;
     int group;              // Hq / Hkv
     int bh0;                // first (b*Hq + h) of this launch (the host splits huge grids)
+    int top_left;           // causal alignment: 1 = top-left (j <= i), 0 = bottom-right (numerics.md §1)
+    int pad_;               // (304 bytes)
 };
 
 // ------------------------------------------------------------------------------ element types
@@ -118,10 +126,11 @@ __device__ __forceinline__ unsigned udiv(unsigned n, unsigned d) {
     return q;
 }
 
-// One past the last key row i of batch b sees, by position (key length, causal): public.
+// One past the last key row i of batch b sees, by position (key length, causal and its
+// alignment, numerics.md §1): public.
 __device__ __forceinline__ int key_limit(const Params& P, int L, int i) {
     if (P.causal) {
-        int lim = i + L + 1 - P.Sq;
+        int lim = i + 1 + (P.top_left ? 0 : L - P.Sq);
         return min(max(lim, 0), L);
     }
     return L;
@@ -262,14 +271,17 @@ __device__ void prepare(const Params& P) {
     if (is_q) {
         if (j >= P.Sq || head >= (long long)P.B * P.Hq) return;  // a warp shares j: it leaves whole
         const long long r = head * P.Sq + j;
-        prepare_row<E>((const T*)P.q + r * P.D, true, P.D, P.DP, true, P.qp + r * P.DP, P.sq + r, P.badq + r);
+        const int b = (int)udiv((unsigned)head, (unsigned)P.Hq), h = (int)head - b * P.Hq;
+        const T* src = (const T*)P.q + (b * P.q_bs + h * P.q_hs + j * P.q_ss);
+        prepare_row<E>(src, true, P.D, P.DP, true, P.qp + r * P.DP, P.sq + r, P.badq + r);
     } else {
         if (j >= P.skv_pad || head >= (long long)P.B * P.Hkv) return;
         const long long r = head * P.skv_pad + j;
         const bool exists = j < P.Skv;
-        const long long src = (head * P.Skv + (exists ? j : 0)) * (long long)P.D;
-        const T* k = (const T*)P.k + src;
-        const T* v = (const T*)P.v + src;
+        const int b = (int)udiv((unsigned)head, (unsigned)P.Hkv), h = (int)head - b * P.Hkv;
+        const long long jj = exists ? j : 0;
+        const T* k = (const T*)P.k + (b * P.k_bs + h * P.k_hs + jj * P.k_ss);
+        const T* v = (const T*)P.v + (b * P.v_bs + h * P.v_hs + jj * P.v_ss);
         // DP is public: the fast kernels' row widths hold a row in registers, so both rows' loads
         // are in flight at once; wider rows (the generic kernel) take the looping form.
         if (P.DP == 64) {
@@ -293,13 +305,16 @@ extern "C" __global__ void __launch_bounds__(256) detattn_prepare_bf16(const Par
 
 // One block of 1024 threads: each thread ORs a strided share of each flag array, then the block
 // ORs the threads' words. OR is exact and order-free; no atomics.
-extern "C" __global__ void __launch_bounds__(1024) detattn_reject_flags(const Params P) {
+// The stride is the compile-time block size: with blockDim.x, Blackwell's ptxas computes the loop's
+// trip count with a 64-bit division, a CALL to a slow path the audit forbids.
+constexpr int REJECT_THREADS = 1024;
+extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_flags(const Params P) {
     __shared__ unsigned part[3][32];
     const long long nq = (long long)P.B * P.Hq * P.Sq;
     const long long nkv = (long long)P.B * P.Hkv * P.skv_pad;
     unsigned f[3] = {0u, 0u, 0u};
-    for (long long i = threadIdx.x; i < nq; i += blockDim.x) f[0] |= P.badq[i];
-    for (long long i = threadIdx.x; i < nkv; i += blockDim.x) {
+    for (long long i = threadIdx.x; i < nq; i += REJECT_THREADS) f[0] |= P.badq[i];
+    for (long long i = threadIdx.x; i < nkv; i += REJECT_THREADS) {
         f[1] |= P.badk[i];
         f[2] |= P.badv[i];
     }
@@ -310,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(1024) detattn_reject_flags(const Pa
     __syncthreads();
     if (threadIdx.x < 3) {
         unsigned x = 0;
-        for (int w = 0; w < (int)(blockDim.x / 32); ++w) x |= part[threadIdx.x][w];
+        for (int w = 0; w < REJECT_THREADS / 32; ++w) x |= part[threadIdx.x][w];
         P.flags[threadIdx.x] = x;
     }
 }
@@ -436,7 +451,6 @@ __device__ void exact_fast(const Params& P) {
     // rows w, w + NT/32, ... by prepare_regs (the operations of prepare_row; zero columns
     // D..DP-1). Every lane first loads all its elements of all its rows, so that the rows' loads
     // overlap. Rows past Sq repeat the last row and are not written.
-    const long long qrow0 = (long long)bh * P.Sq;
     int* sqS = reinterpret_cast<int*>(sm + S::SQ_OFF);
     unsigned* badqS = reinterpret_cast<unsigned*>(sm + S::BADQ_OFF);
     {
@@ -446,7 +460,7 @@ __device__ void exact_fast(const Params& P) {
 #pragma unroll
         for (int r = 0; r < RPW; ++r) {
             const int i = min(i0 + warp + (NT / 32) * r, P.Sq - 1);
-            const typename E::T* src = (const typename E::T*)P.q + (qrow0 + i) * P.D;
+            const typename E::T* src = (const typename E::T*)P.q + (b * P.q_bs + h * P.q_hs + i * P.q_ss);
 #pragma unroll
             for (int e = 0; e < EPL; ++e) {
                 const int d = lane + 32 * e;
@@ -704,7 +718,7 @@ __device__ void exact_fast(const Params& P) {
         for (int o = 8; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);  // OR: exact, order-free
         const int irow = i0 + ty + RS * k;
         if (irow >= P.Sq) continue;  // padding rows of the last block: position only
-        const long long orow = qrow0 + irow;
+        typename E::T* orow = out + (b * P.o_bs + h * P.o_hs + irow * P.o_ss);
         const bool poisoned = (P.propagate != 0) & ((bad | badqS[ty + RS * k]) != 0u);
         const float ls = l_safe(Ls[ty + RS * k]);
         const float rl = recip(ls);
@@ -713,7 +727,7 @@ __device__ void exact_fast(const Params& P) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int d = 64 * c + 4 * tx + e;
-                if (d < P.D) store_out<E>(out, orow * P.D + d, finalize_r(acc[k][4 * c + e], ls, rl, maxt), poisoned);
+                if (d < P.D) store_out<E>(orow, d, finalize_r(acc[k][4 * c + e], ls, rl, maxt), poisoned);
             }
     }
 }
@@ -721,19 +735,19 @@ __device__ void exact_fast(const Params& P) {
 // The tile shapes, one per head-dim bound: rows per block (BM), threads (NT), blocks per SM the
 // registers must allow (MINB: a cap of 65536 / (NT * MINB) registers), and whether K and V share
 // one shared-memory buffer (staged one after the other instead of side by side). Shared memory
-// decides the rest: D <= 64: 3 blocks of 71 KB per SM; D <= 128: 2 blocks of 107 KB (sm_86 and
-// sm_89 give a block at most 99 KB: one buffer there, 73 KB); D <= 256: one buffer, 16 rows. The
-// host reads them from detattn_exact_cfg below (src/cuda/backend.rs). No bit depends on them.
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
+// decides the rest: D <= 64: 3 blocks of 71 KB per SM; D <= 128: 2 blocks of 107 KB (sm_86,
+// sm_89 and sm_120 give a block at most 99 KB: one buffer there, 73 KB); D <= 256: one buffer, 16
+// rows. The host reads them from detattn_exact_cfg below (src/cuda/exact.rs). No bit depends on them.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200)
 constexpr bool DA_SHARED128 = true;
 #else
 constexpr bool DA_SHARED128 = false;
 #endif
 template <int DP>
 struct FastCfg;
-// D <= 64: three blocks per SM need 71 KB each, which only sm_90 (228 KB per SM) holds; elsewhere
-// the register cap of three blocks (170) would only cost spills (sm_80), so two.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// D <= 64: three blocks per SM need 71 KB each, which only sm_90 and sm_100 (228 KB per SM) hold;
+// elsewhere the register cap of three blocks (170) would only cost spills (sm_80), so two.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000)
 constexpr int DA_MINB64 = 3;
 #else
 constexpr int DA_MINB64 = 2;
@@ -842,10 +856,13 @@ __device__ void exact_generic(const Params& P) {
     const bool poisoned = (P.propagate != 0) & (bad != 0u);
     const float ls = l_safe(l);
     const float rl = recip(ls);
-    typename E::T* out = (typename E::T*)P.out;
-    for (int d = tid; d < P.D; d += GT) store_out<E>(out, gi * P.D + d, finalize_r(arow[d], ls, rl, E::maxt()), poisoned);
+    typename E::T* orow = (typename E::T*)P.out + (b * P.o_bs + h * P.o_hs + i * P.o_ss);
+    for (int d = tid; d < P.D; d += GT) store_out<E>(orow, d, finalize_r(arow[d], ls, rl, E::maxt()), poisoned);
 }
 
-extern "C" __global__ void __launch_bounds__(GT) detattn_exact_generic_f32(const Params P) { exact_generic<ElemF32>(P); }
-extern "C" __global__ void __launch_bounds__(GT) detattn_exact_generic_f16(const Params P) { exact_generic<ElemF16>(P); }
-extern "C" __global__ void __launch_bounds__(GT) detattn_exact_generic_bf16(const Params P) { exact_generic<ElemBf16>(P); }
+// GEN_MINB: a cap of 64 registers. Without one, sm_120's ptxas aimed at full occupancy with 40
+// registers and spilled 16 bytes; with minBlocks 1 alone it took 254. 64 spills nowhere.
+constexpr int GEN_MINB = 16;
+extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic_f32(const Params P) { exact_generic<ElemF32>(P); }
+extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic_f16(const Params P) { exact_generic<ElemF16>(P); }
+extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic_bf16(const Params P) { exact_generic<ElemBf16>(P); }

@@ -4,23 +4,17 @@
 // ---------------------------------------------------------------------------------------- ABI
 // Kernels (extern "C"), one per dtype x head dim x causal, prefill (tc_fwd) and decode (tc_dec):
 //
-//   tc_{fwd,dec}_{f16,bf16}_d{64,128,256}[_causal](
-//       const T* q,          // [B, Hq,  Sq,  D] contiguous, 16-byte aligned
-//       const T* k,          // [B, Hkv, Skv, D] contiguous, 16-byte aligned
-//       const T* v,          // [B, Hkv, Skv, D] contiguous, 16-byte aligned
-//       T* o,                // [B, Hq,  Sq,  D] contiguous, 16-byte aligned; every element written
-//       const int* kv_lens,  // [B] key length per batch element (clamped to [0, Skv]), or NULL = Skv
-//       int B, int Hq, int Hkv, int Sq, int Skv,   // Hq % Hkv == 0 (MHA, GQA, MQA); Sq, Skv >= 1;
-//                                                  // B, Hq <= 65535 (grid z, y)
-//       float scale,         // softmax scale (1/sqrt(D) by default; the host chooses)
-//       const unsigned char* mask,  // optional boolean mask (1 byte, nonzero = attend), or NULL:
-//       long long msb, long long msh, long long msq)  // element (b, h, i, j) at mask[b*msb + h*msh +
-//                            // i*msq + j] (stride 0 broadcasts); the key dim is contiguous
+//   tc_{fwd,dec}_{f16,bf16}_d{64,128,256}[_causal](the 28 fields of struct TcArgs below, in order)
 //
+//   Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D] and the output O [B, Hq, Sq, D] are logical shapes:
+//   element (b, h, s, d) of X is at X[b*X_bs + h*X_hs + s*X_ss + d] (element strides; the host folds
+//   a layout's offset into the pointer). Pointers and strides must be multiples of 16 bytes (8
+//   elements): rows are copied in 16-byte chunks. Only O's rows are written.
 //   T = __half (f16) or __nv_bfloat16 (bf16); f32 accumulation; output rounded to nearest even once.
-//   Query head h reads kv head h / (Hq / Hkv).  Causal is bottom-right aligned: query row i sees key j
-//   iff j + Sq <= i + L, where L = kv_lens[b] (or Skv); key j >= L is never seen; the mask removes
-//   more.  A row that sees no key is written as +0.  Finite inputs (any finite values and any finite
+//   Query head h reads kv head h / (Hq / Hkv).  Causal (the _causal kernels): query row i sees key j
+//   iff j <= i + coff, coff = 0 when top_left, else L - Sq (bottom-right: the last row sees every
+//   key), where L = kv_lens[b] (or Skv); key j >= L is never seen; the mask removes more.  A row
+//   that sees no key is written as +0.  Finite inputs (any finite values and any finite
 //   scale > 0) always give finite outputs; non-finite inputs are the host's business (the NaN policy,
 //   with the tc_sanitize / tc_first_bad / tc_poison / tc_any_flag kernels at the end of this file).
 //
@@ -42,6 +36,35 @@ namespace tc {
 
 using uint32_t = unsigned int;  // NVRTC has no <stdint.h>
 #define TC_NEG_INF __int_as_float(0xff800000)
+
+}  // namespace tc
+
+// The attention kernels' parameters, in order (the kernels take them one by one; see TC_KERNEL),
+// mirrored field for field by `TcArgs` in src/cuda/tensorcore.rs. Change both together, and the
+// `tc*_*` entry of audit/rules.toml (ordinals of the public and the 8-byte scalar parameters). The
+// row strides are 32-bit (the host checks them): a row address is then one 32x32->64-bit
+// multiply-add with the stride read from the constant bank.
+struct TcArgs {
+    const void* q;              //   0  [B, Hq, Sq, D]
+    const void* k;              //   8  [B, Hkv, Skv, D]
+    const void* v;              //  16  [B, Hkv, Skv, D]
+    void* o;                    //  24  [B, Hq, Sq, D]; every element of every row written
+    const int* kv_lens;         //  32  [B] key length per batch element (clamped to [0, Skv]), or NULL
+                                //      = Skv. PUBLIC
+    const unsigned char* mask;  //  40  boolean mask (1 byte, nonzero = attend) or NULL: element
+                                //      (b, h, i, j) at mask[b*msb + h*msh + i*msq + j] (0 broadcasts)
+    long long q_bs, q_hs;       //  48  element strides of q, k, v, o: batch, head
+    long long k_bs, k_hs;       //  64
+    long long v_bs, v_hs;       //  80
+    long long o_bs, o_hs;       //  96
+    long long msb, msh, msq;    // 112
+    int q_ss, k_ss, v_ss, o_ss; // 136  row (sequence) strides, < 2^31
+    int B, Hq, Hkv, Sq, Skv;    // 152  Hq % Hkv == 0 (MHA, GQA, MQA); Sq, Skv >= 1; B, Hq <= 65535
+    float scale;                // 172  softmax scale (1/sqrt(D) by default; the host chooses)
+    int top_left;               // 176  causal alignment (see above)
+};
+
+namespace tc {
 
 // ---------------------------------------------------------------------------------- primitives
 
@@ -145,22 +168,22 @@ __device__ __forceinline__ uint32_t soff(int r, int c) {
     return static_cast<uint32_t>((r * D + ((c ^ (r & 7)) << 3)) * 2);
 }
 
-// Copy rows [row0, row0 + ROWS) of a [*, D] tensor into a swizzled shared tile with 16-byte cp.async;
-// rows at or past `limit` are filled with zeros (decided by position only) and nothing is read for them.
-template <int D, int ROWS, int NT, typename T>
-__device__ __forceinline__ void load_rows(uint32_t s_base, const T* g, int row0, int limit, int tid) {
+// Copy rows [row0, row0 + ROWS) of a tensor into a swizzled shared tile with 16-byte cp.async; row i
+// starts at row_ptr(i). Rows at or past `limit` are filled with zeros (decided by position only) and
+// nothing is read for them.
+template <int D, int ROWS, int NT, typename T, typename RowPtr>
+__device__ __forceinline__ void load_rows(uint32_t s_base, RowPtr row_ptr, int row0, int limit, int tid) {
     constexpr int CH = D / 8;
     static_assert(NT % CH == 0, "a thread keeps one chunk column");
     constexpr int RSTEP = NT / CH;  // rows between a thread's successive copies
     const int r0 = tid / CH, c = tid % CH;
-    const T* gc = g + c * 8;
 #pragma unroll
     for (int it = 0; it < ROWS / RSTEP; ++it) {
         const int r = r0 + it * RSTEP;
         const bool ok = row0 + r < limit;
         // Rows past the limit read nothing (src-size 0); their address is clamped to the last valid
         // row (limit >= 1 whenever this runs) so that no address past the tensor is ever formed.
-        const T* src = gc + (size_t)min(row0 + r, limit - 1) * D;
+        const T* src = row_ptr(min(row0 + r, limit - 1)) + c * 8;
         cp_async16(s_base + soff<D>(r, c), src, ok ? 16 : 0);
     }
 }
@@ -257,11 +280,23 @@ struct Cfg {
     static_assert((BM * CH) % NT == 0 && (BN * CH) % NT == 0, "copy loop must divide evenly");
 };
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define TC_MASK_UNGUARDED 1
+#else
+#define TC_MASK_UNGUARDED 0
+#endif
+
 template <typename T, int D, int MT, int NW, int BN, int STAGES, bool QREG, bool CAUSAL, bool DEC>
-__device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                    T* __restrict__ o, const int* __restrict__ kv_lens, int Hq, int Hkv,
-                                    int Sq, int Skv, float scale, const unsigned char* __restrict__ mask,
-                                    long long msb, long long msh, long long msq) {
+__device__ __forceinline__ void fwd(const TcArgs& A) {
+    const T* __restrict__ q = static_cast<const T*>(A.q);
+    const T* __restrict__ k = static_cast<const T*>(A.k);
+    const T* __restrict__ v = static_cast<const T*>(A.v);
+    T* __restrict__ o = static_cast<T*>(A.o);
+    const int* __restrict__ kv_lens = A.kv_lens;
+    const unsigned char* __restrict__ mask = A.mask;
+    const int Hq = A.Hq, Hkv = A.Hkv, Sq = A.Sq, Skv = A.Skv;
+    const long long msb = A.msb, msh = A.msh, msq = A.msq;
+    const float scale = A.scale;
     using C = Cfg<D, MT, NW, BN, STAGES, QREG, DEC>;
     constexpr int NT = C::NT, BM = C::BM, CH = C::CH;
     constexpr int NB = BN / 8;                    // n8 tiles of S per KV tile
@@ -284,24 +319,34 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     const int qt = (CAUSAL && !DEC) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     const int hk = DEC ? (int)blockIdx.y : (int)blockIdx.y / G;
     const int q0 = DEC ? 0 : qt * BM;
-    const int nrows = DEC ? G * Sq : Sq;  // rows of this block's [rows, D] view of Q and O
-    const size_t qoff = DEC ? (size_t)(b * Hq + hk * G) * Sq * D : (size_t)(b * Hq + blockIdx.y) * Sq * D;
-    const T* qb = q + qoff;
-    const T* kb = k + (size_t)(b * Hkv + hk) * Skv * D;
-    const T* vb = v + (size_t)(b * Hkv + hk) * Skv * D;
+    const int nrows = DEC ? G * Sq : Sq;  // rows of this block's view of Q and O
+    // Row r of that view: prefill, query row r of head blockIdx.y; decode, query row r % Sq of head
+    // hk * G + r / Sq (the G heads that share kv head hk).
+    const T* kb = k + (b * A.k_bs + hk * A.k_hs);
+    const T* vb = v + (b * A.v_bs + hk * A.v_hs);
+    auto q_row = [&](int r) -> const T* {
+        if (DEC) return q + (b * A.q_bs + (hk * G + r / Sq) * A.q_hs + (long long)(r % Sq) * A.q_ss);
+        return q + (b * A.q_bs + (int)blockIdx.y * A.q_hs + (long long)r * A.q_ss);
+    };
+    auto k_row = [&](int j) -> const T* { return kb + (long long)j * A.k_ss; };
+    auto v_row = [&](int j) -> const T* { return vb + (long long)j * A.v_ss; };
+    // Causal: row i sees keys j <= i + coff (docs/numerics.md §1, either alignment).
+    // (Written as a correction of L - Sq rather than a choice of 0: this form keeps the bf16 D = 128
+    // causal kernels of sm_86/89/90 within 255 registers; the value is the same.)
+    const int coff = L - Sq + (A.top_left ? Sq - L : 0);
 
     // Keys [0, kv_end) can be visible to some row of this tile; later tiles are skipped by position.
     int kv_end = L;
-    if (CAUSAL) kv_end = DEC ? L : min(L, min(q0 + BM, Sq) - 1 + L - Sq + 1);
+    if (CAUSAL) kv_end = min(L, (DEC ? Sq : min(q0 + BM, Sq)) + coff);
     const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
 
     auto load_kv = [&](int j) {
         const int st = j % STAGES;
-        load_rows<D, BN, NT>(sK + st * BN * D * 2, kb, j * BN, L, tid);
-        load_rows<D, BN, NT>(sV + st * BN * D * 2, vb, j * BN, L, tid);
+        load_rows<D, BN, NT, T>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
+        load_rows<D, BN, NT, T>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
     };
 
-    load_rows<D, BM, NT>(sQ, qb, q0, nrows, tid);
+    load_rows<D, BM, NT, T>(sQ, q_row, q0, nrows, tid);
     // bf16: Q in a commit group of its own, so that it can be scaled before the loop (below) while the
     // first K/V tiles are still in flight. The loop's wait count is the same either way: the extra
     // group is the oldest and is complete by then.
@@ -417,7 +462,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
         const int kbase = j * BN;
         const bool has_mask = mask != nullptr;
         const bool need_mask =
-            has_mask || (kbase + BN > L) || (CAUSAL && kbase + BN - 1 > (DEC ? 0 : q0) + L - Sq);
+            has_mask || (kbase + BN > L) || (CAUSAL && kbase + BN - 1 > (DEC ? 0 : q0) + coff);
         if (need_mask) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -426,24 +471,56 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
                     const int r = wrow + mt * 16 + (lane >> 2) + hf * 8;
                     const int row = DEC ? r % Sq : q0 + r;  // the query row's index in [0, Sq)
                     const bool row_in = DEC ? r < nrows : row < Sq;
+                    // The mask row. On Blackwell (TC_MASK_UNGUARDED) its indices are clamped into the
+                    // tensor (positions only), so that every load below has a valid address and needs
+                    // no guard: there ptxas spilled and restored the guard predicate of a guarded
+                    // address (P2R, then ISETP), which the audit cannot follow. Out-of-range positions
+                    // are masked by `in`, not by the load.
                     const unsigned char* mrow_p = nullptr;
                     if (has_mask) {
+#if TC_MASK_UNGUARDED
+                        const int rc = DEC ? min(r, nrows - 1) : min(row, Sq - 1);
+                        const int hq = DEC ? hk * G + rc / Sq : (int)blockIdx.y;
+                        const int rowc = DEC ? rc % Sq : rc;
+#else
                         const int hq = DEC ? hk * G + r / Sq : (int)blockIdx.y;
-                        mrow_p = mask + (long long)b * msb + (long long)hq * msh + (long long)row * msq;
+                        const int rowc = row;
+#endif
+                        mrow_p = mask + (long long)b * msb + (long long)hq * msh + (long long)rowc * msq;
                     }
 #pragma unroll
                     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int col = kbase + nb * 8 + (lane & 3) * 2 + e;
-                            bool masked = col >= L || (CAUSAL && col > row + L - Sq);
-                            if (has_mask) {
-                                // Read only in-range positions (decided by position); false = masked out.
+                            bool masked = col >= L || (CAUSAL && col > row + coff);
+#if TC_MASK_UNGUARDED
+                            // The mask's verdict as integer bits, combined and applied by bit operations
+                            // hidden from the optimiser: Blackwell's ptxas turned the boolean form
+                            // into a branch on the mask value.
+                            unsigned mz = 0u;
+                            if (has_mask) {  // a launch parameter: public
+                                const unsigned in = (row_in && col < Skv) ? 1u : 0u;
+                                const unsigned char* a = mrow_p + min(col, Skv - 1);
+                                asm volatile("" : "+l"(a));  // formed here, unconditionally
+                                const unsigned z = __ldg(a);
+                                mz = (((z | (0u - z)) >> 31) ^ 1u) & in;  // 1 iff in range and 0 (masked)
+                                asm volatile("" : "+r"(mz));
+                            }
+                            const unsigned mm = 0u - ((masked ? 1u : 0u) | mz);
+                            const float sv = sacc[mt][nb][hf * 2 + e];
+                            sacc[mt][nb][hf * 2 + e] =
+                                __uint_as_float((__float_as_uint(sv) & ~mm) | (0xff800000u & mm));
+#else
+                            if (has_mask) {  // a launch parameter: public
                                 const bool in = row_in && col < Skv;
+                                // sm_80..sm_90: a load guarded by position (the unguarded form costs
+                                // the D = 128 kernels a few registers they do not have).
                                 const unsigned char mv = in ? mrow_p[in ? col : 0] : (unsigned char)1;
                                 masked = masked || (mv == 0);
                             }
                             sacc[mt][nb][hf * 2 + e] = masked ? TC_NEG_INF : sacc[mt][nb][hf * 2 + e];
+#endif
                         }
                 }
         }
@@ -480,7 +557,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
                 // max the argument is BIAS plus the rounding error of mu * sl2e, at most 1 in
                 // magnitude (the cap's purpose), so every weight is at most 2^(BIAS + 1) (never inf)
                 // and the max's is at least 2^(BIAS - 1) (l > 0 once a key is visible).
-                const float sl2e = fminf(sl2r, __fmul_rn(16777216.0f, rcp(fabsf(mu))));
+                // rcp.approx.ftz flushes a subnormal result to +0, which it is for |mu| >= 2^126 (bf16
+                // D = 256 scores reach 2^127): the cap is then 2^-104 instead, still |mu·sl2e| <= 2^24,
+                // never 0 (a 0 would make (m_old - mu)·sl2e = -inf·0 = NaN). Where rcp does not flush,
+                // 2^24·rcp >= 2^-102 and the max changes nothing.
+                const float sl2e =
+                    fminf(sl2r, fmaxf(__fmul_rn(16777216.0f, rcp(fabsf(mu))), 4.93038066e-32f /* 2^-104 */));
                 const float nms = __fsub_rn(Ty<T>::BIAS, __fmul_rn(mu, sl2e));
                 const float corr = ex2(__fmul_rn(__fsub_rn(m_old, mu), sl2e));  // ex2(0) = 1 exactly
                 float rs = 0.f;
@@ -573,7 +655,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(bz));
     const int qt_e = (CAUSAL && !DEC) ? (int)(gridDim.x - 1 - bx) : (int)bx;
     const int q0_e = DEC ? 0 : qt_e * BM;
-    T* ob = o + (DEC ? (size_t)(bz * Hq + by * G) * Sq * D : (size_t)(bz * Hq + by) * Sq * D);
+    T* ob = o + bz * A.o_bs;
 #pragma unroll
     for (int it = 0; it < BM * CH / NT; ++it) {
         const int idx = tid + it * NT;
@@ -584,7 +666,10 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
                          : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
                          : "r"(sQ + soff<D>(r, c))
                          : "memory");
-            *reinterpret_cast<uint4*>(ob + (size_t)(q0_e + r) * D + c * 8) = val;
+            const int rr = q0_e + r;
+            T* orow = DEC ? ob + ((int)(by * G) + rr / Sq) * A.o_hs + (long long)(rr % Sq) * A.o_ss
+                          : ob + (int)by * A.o_hs + (long long)rr * A.o_ss;
+            *reinterpret_cast<uint4*>(orow + c * 8) = val;
         }
     }
 }
@@ -595,14 +680,20 @@ using tc::uint32_t;
 
 // ------------------------------------------------------------------------------ instantiations
 
-#define TC_KERNEL(NAME, T, D, MT, NW, BN, ST, QREG, MINB, CAUSAL, DEC)                                 \
-    extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(                                  \
-        const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,  \
-        const int* __restrict__ kv_lens, int B, int Hq, int Hkv, int Sq, int Skv, float scale,         \
-        const unsigned char* __restrict__ mask, long long msb, long long msh, long long msq) {         \
-        (void)B;                                                                                       \
-        tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC>(q, k, v, o, kv_lens, Hq, Hkv, Sq, Skv, scale, \
-                                                         mask, msb, msh, msq);                         \
+// The parameters one by one, not one struct: ptxas keeps `__restrict__` on kernel parameters, and
+// with it the D = 128 kernels fit in 255 registers (passed as one struct they spilled 8 bytes).
+#define TC_KERNEL(NAME, T, D, MT, NW, BN, ST, QREG, MINB, CAUSAL, DEC)                                  \
+    extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                         \
+        NAME(const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v,        \
+             void* __restrict__ o, const int* __restrict__ kv_lens, const unsigned char* __restrict__ mask, \
+             long long q_bs, long long q_hs, long long k_bs, long long k_hs, long long v_bs,            \
+             long long v_hs, long long o_bs, long long o_hs, long long msb, long long msh,              \
+             long long msq, int q_ss, int k_ss, int v_ss, int o_ss, int B, int Hq, int Hkv, int Sq,     \
+             int Skv, float scale, int top_left) {                                                      \
+        const TcArgs A{q,    k,    v,    o,    kv_lens, mask, q_bs, q_hs, k_bs,  k_hs,    v_bs, v_hs,  \
+                       o_bs, o_hs, msb,  msh,  msq,     q_ss, k_ss, v_ss, o_ss,  B,       Hq,   Hkv,   \
+                       Sq,   Skv,  scale, top_left};                                                    \
+        tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC>(A);                                            \
     }
 
 #define TC_CFG(NAME, D, MT, NW, BN, ST, QREG, DEC)                                                    \
@@ -628,13 +719,21 @@ using tc::uint32_t;
 #define TC_BN_D128 64
 #define TC_BN_D256 32
 
-//        prefix  config          D    MT NW BN          ST QREG   MINB
-TC_FAMILY(tc_fwd, tc_cfg_d64,     64,  2, 4, TC_BN_D64,  3, true,  1)
-TC_FAMILY(tc_fwd, tc_cfg_d128,    128, 2, 4, TC_BN_D128, 2, false, 1)
+// Rows per warp (MT m16 tiles) do not change the bits (each row's operation sequence is its own).
+// Blackwell's ptxas (sm_100, sm_120) needs more registers for the same code: one m16 tile per warp
+// there, where two spilled (built and audited; never run on such a GPU).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define TC_MT_BIG 1
+#else
+#define TC_MT_BIG 2
+#endif
+//        prefix  config          D    MT         NW BN          ST QREG   MINB
+TC_FAMILY(tc_fwd, tc_cfg_d64,     64,  TC_MT_BIG, 4, TC_BN_D64,  3, true,  1)
+TC_FAMILY(tc_fwd, tc_cfg_d128,    128, TC_MT_BIG, 4, TC_BN_D128, 2, false, 1)
 TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
-// sm_86 and sm_89 allow 99 KiB of shared memory per block: 2 stages there for the larger tiles (the
-// stage count does not change the bits).
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890)
+// sm_86, sm_89 and sm_120 allow 99 KiB of shared memory per block: 2 stages there for the larger
+// tiles (the stage count does not change the bits).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200)
 #define TC_DEC_ST_BIG 2
 #else
 #define TC_DEC_ST_BIG 3
@@ -658,26 +757,30 @@ TC_DECODE(tc_dec, tc_cfg_dec_d256, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
 //   Propagate: tc_sanitize_<T> x3 (copies with NaN/inf -> +0, per-row flags), tc_first_bad (no mask),
 //              the attention kernel on the copies, tc_poison_<T> on its output.
 struct TcPolicy {
-    const void* src;            //   0  sanitize: the [rows, d] tensor to scan
-    void* dst;                  //   8  sanitize: its copy with NaN, +-inf -> +0, or NULL (flags only)
+    const void* src;            //   0  sanitize: the [B, s_heads, s_seq, d] tensor to scan (strides s_*)
+    void* dst;                  //   8  sanitize: its contiguous [rows, d] copy with NaN, +-inf -> +0,
+                                //      or NULL (flags only)
     unsigned* flags;            //  16  sanitize: one bad flag (0/1) per row, written;
                                 //      any_flag: the Q, K, V flags back to back, read
     const unsigned* badq;       //  24  poison: flags of the Q rows
     const unsigned* badk;       //  32  first_bad, poison: flags of the K rows
     const unsigned* badv;       //  40  first_bad, poison: flags of the V rows
     int* firstbad;              //  48  first_bad: written; poison (no mask): read. [B * Hkv]
-    void* out;                  //  56  poison: the attention output, rewritten in place
+    void* out;                  //  56  poison: the attention output (strides o_*), rewritten in place
     const unsigned char* mask;  //  64  poison: boolean mask (values secret) or NULL
     const int* kv_lens;         //  72  poison: key lengths [B] or NULL (Skv). PUBLIC
     unsigned* words;            //  80  any_flag: 3 words (Q, K, V), each 0 or 1
     long long rows;             //  88  sanitize: rows of src; any_flag: Q rows
     long long rows_kv;          //  96  any_flag: K rows (= V rows)
     long long msb, msh, msq;    // 104  poison: mask strides (as the attention kernels)
-    int d;                      // 128  head dim: 64, 128 or 256 (d / 8 divides 32)
-    int B, Hq, Hkv, Sq, Skv;    // 132
-    int causal;                 // 152
-    int pad_;                   // 156  (160 bytes)
-};
+    long long s_bs, s_hs, s_ss; // 128  sanitize: element strides of src
+    long long o_bs, o_hs, o_ss; // 152  poison: element strides of out
+    int d;                      // 176  head dim: 64, 128 or 256 (d / 8 divides 32)
+    int B, Hq, Hkv, Sq, Skv;    // 180
+    int causal;                 // 200
+    int top_left;               // 204  causal alignment, as TcArgs
+    int s_heads, s_seq;         // 208  sanitize: src's heads and rows per head (row = (b*s_heads + h)*s_seq + s)
+};                              // 216 bytes
 
 namespace tc {
 
@@ -704,17 +807,22 @@ __device__ __forceinline__ uint32_t sanitize2(uint32_t w, uint32_t& bad) {
     return w & keep;
 }
 
-// One 16-byte chunk per thread, the d / 8 chunks of a row in consecutive lanes of one warp.
+// One 16-byte chunk per thread, the d / 8 chunks of a row in consecutive lanes of one warp. The row
+// index (b, h, s) of the source comes from 32-bit divisions by the public s_seq and s_heads (rows <
+// 2^31, checked by the host): no 64-bit division, whose code is a CALL to a slow path.
 template <typename T>
 __device__ __forceinline__ void sanitize(const TcPolicy& P) {
-    // d / 8 chunks per row, a power of two: shifts, not a 64-bit division (a CALL to a slow path).
     const int lg = P.d == 64 ? 3 : (P.d == 128 ? 4 : 5);
     const int ch = 1 << lg;
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long row = g >> lg;
     const bool in = row < P.rows;  // position only
+    const unsigned r32 = in ? (unsigned)row : 0u;
+    const unsigned bh = r32 / (unsigned)P.s_seq, s = r32 - bh * (unsigned)P.s_seq;
+    const unsigned b = bh / (unsigned)P.s_heads, h = bh - b * (unsigned)P.s_heads;
+    const T* src = static_cast<const T*>(P.src) + (b * P.s_bs + h * P.s_hs + s * P.s_ss) + (g & (ch - 1)) * 8;
     uint4 w = make_uint4(0, 0, 0, 0);
-    if (in) w = reinterpret_cast<const uint4*>(P.src)[g];
+    if (in) w = *reinterpret_cast<const uint4*>(src);
     uint32_t bad = 0;
     w.x = sanitize2<T>(w.x, bad);
     w.y = sanitize2<T>(w.y, bad);
@@ -756,7 +864,7 @@ __device__ __forceinline__ void poison(const TcPolicy& P) {
     const int hk = h / (P.Hq / P.Hkv);
     int L = P.kv_lens ? P.kv_lens[b] : P.Skv;
     L = min(max(L, 0), P.Skv);
-    const int lim = P.causal ? min(L, max(0, i + L - P.Sq + 1)) : L;  // keys [0, lim) by position
+    const int lim = P.causal ? min(L, max(0, i + 1 + (P.top_left ? 0 : L - P.Sq))) : L;  // keys [0, lim)
     const long long row = ((long long)b * P.Hq + h) * P.Sq + i;
     const long long kvb = ((long long)b * P.Hkv + hk) * P.Skv;
     uint32_t bad = P.badq[row];
@@ -769,7 +877,7 @@ __device__ __forceinline__ void poison(const TcPolicy& P) {
     for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xffffffffu, bad, o);
     const uint32_t sel = 0u - (bad != 0);  // all ones where the row is bad
     constexpr uint32_t N2 = Bits16<T>::NAN2;
-    uint4* o = reinterpret_cast<uint4*>(P.out) + row * (P.d / 8);
+    uint4* o = reinterpret_cast<uint4*>(static_cast<T*>(P.out) + (b * P.o_bs + h * P.o_hs + i * P.o_ss));
     for (int c = lane; c < P.d / 8; c += 32) {
         uint4 w = o[c];
         w.x = (w.x & ~sel) | (N2 & sel);
@@ -786,7 +894,9 @@ __device__ __forceinline__ void any_flag(const TcPolicy& P) {
     const long long begin = blockIdx.x == 0 ? 0 : P.rows + (blockIdx.x - 1) * P.rows_kv;
     const long long n = blockIdx.x == 0 ? P.rows : P.rows_kv;
     unsigned f = 0;
-    for (long long r = threadIdx.x; r < n; r += blockDim.x) f |= P.flags[begin + r];
+    // The compile-time block size as the stride (launched with 1024 threads): with blockDim.x,
+    // Blackwell's ptxas computes the trip count with a 64-bit division, a CALL the audit forbids.
+    for (long long r = threadIdx.x; r < n; r += 1024) f |= P.flags[begin + r];
     for (int o = 16; o > 0; o >>= 1) f |= __shfl_xor_sync(0xffffffffu, f, o);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = f;
     __syncthreads();

@@ -9,7 +9,7 @@ It re-implements, with NumPy, bit for bit:
 * the output digest (`src/digest.rs` module docs): SHA-256 over a canonical encoding;
 
 and compares the digests of the golden problems (`src/golden.rs`) with the pinned snapshot
-`tests/snapshots/golden__golden_digests_exact.snap`.
+`golden/exact.txt`.
 
 Usage (Python >= 3.11, NumPy; see scripts/requirements-pyref.txt):
 
@@ -212,6 +212,7 @@ class Case:
     dtype: str
     seed: int
     causal: bool = False
+    top_left: bool = False  # causal alignment (numerics.md §1): j <= i instead of j + Sq <= i + L
     kv_lens: list | None = None
     mask: tuple | None = None  # (per_batch, per_head)
     blank_rows_every: int | None = None
@@ -258,6 +259,10 @@ CASES = [
     Case("f32_custom_scale", (1, 2, 2, 17, 33, 64), "f32", 29, scale=0.3),
     Case("f16_everything_d3_mqa", (2, 4, 1, 17, 40, 3), "f16", 30, causal=True, kv_lens=[40, 20],
          mask=FULL, blank_rows_every=5),
+    Case("f16_top_left_fewer_queries", (2, 4, 2, 5, 70, 64), "f16", 31, causal=True, top_left=True),
+    Case("bf16_top_left_more_queries_kv_lens", (2, 4, 4, 40, 33, 128), "bf16", 32, causal=True,
+         top_left=True, kv_lens=[33, 12]),
+    Case("f32_top_left_d80", (1, 2, 1, 17, 70, 80), "f32", 33, causal=True, top_left=True),
 ]
 
 # The large ones (seconds each), left out by --quick.
@@ -296,7 +301,7 @@ def default_scale(D: int) -> np.float32:
     return F32(1.0 / np.sqrt(F64(D)))
 
 
-def attention_exact(q, k, v, mask, *, causal, kv_lens, scale, out_dtype):
+def attention_exact(q, k, v, mask, *, causal, kv_lens, scale, out_dtype, top_left=False):
     """The output `[B, Hq, Sq, D]` in `out_dtype` (f32 or f16 array; bf16 as uint16 bit patterns).
     Inputs are finite (NonFinitePolicy::Reject has already passed), so no row is bad (§7)."""
     B, Hq, Sq, D = q.shape
@@ -330,7 +335,9 @@ def attention_exact(q, k, v, mask, *, causal, kv_lens, scale, out_dtype):
     j = np.arange(Skv)[None, :]
     Lb = L[:, None, None, None]
     valid = np.broadcast_to(j < Lb, (B, Hq, Sq, Skv)).copy()
-    if causal:
+    if causal and top_left:
+        valid &= j <= i
+    elif causal:
         valid &= (j + Sq) <= (i + Lb)
     if mask is not None:
         valid &= np.broadcast_to(mask, (B, Hq, Sq, Skv))
@@ -389,12 +396,13 @@ def run_case(c: Case) -> str:
     q, k, v, mask = generate(c)
     scale = F32(c.scale) if c.scale is not None else default_scale(c.dims[5])
     raw = attention_exact(q, k, v, mask, causal=c.causal, kv_lens=c.kv_lens, scale=scale,
-                          out_dtype=c.dtype)
+                          out_dtype=c.dtype, top_left=c.top_left)
     return digest(raw, c.dtype)
 
 
 def load_snapshot(path: pathlib.Path) -> dict:
-    body = path.read_text().split("---\n", 2)[2]
+    # golden/exact.txt: a `key: value` header up to the line `---`, then `case digest` lines.
+    body = path.read_text().split("\n---\n", 1)[1]
     return dict(line.split(" ", 1) for line in body.splitlines() if " " in line)
 
 
@@ -501,7 +509,7 @@ def main(argv=None) -> int:
     ap.add_argument("--selftest", action="store_true", help="check fma32 and SplitMix64 only")
     ap.add_argument("--snapshot", type=pathlib.Path,
                     default=pathlib.Path(__file__).resolve().parent.parent
-                    / "tests/snapshots/golden__golden_digests_exact.snap")
+                    / "golden/exact.txt")
     args = ap.parse_args(argv)
     if args.selftest:
         return 0 if selftest() else 1

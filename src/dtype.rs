@@ -91,7 +91,7 @@ mod sealed {
 
 /// An element type the library computes on. Implemented for `f32`, `half::f16`, `half::bf16` only.
 pub trait Element:
-    Copy + Send + Sync + Default + fmt::Debug + PartialEq + 'static + sealed::Sealed
+    Copy + Send + Sync + Default + fmt::Debug + PartialEq + bytemuck::Pod + 'static + sealed::Sealed
 {
     /// The runtime tag.
     const DTYPE: DType;

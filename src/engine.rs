@@ -1,65 +1,14 @@
 //! Choosing where and how to compute: a backend (CPU, a CUDA GPU, or whichever is usable) and a
-//! path (`Exact` or `TensorCore`).
+//! path (`Exact` or `TensorCore`); then the host entry points, which check the tensors in the
+//! crate's one order (`tensor::check_call`) before handing them to the backend.
 
 use crate::cpu::CpuBackend;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::path::Path;
 use crate::problem::Problem;
+use crate::tensor::{Fit, Layout, Operand, Operands, Qkv, TensorMut, check_call};
 use std::fmt;
-
-/// The arithmetic path (DESIGN.md §1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Path {
-    /// f32 arithmetic in the fixed order of docs/numerics.md. Bit-identical on the CPU and on
-    /// every supported GPU; defines the golden digests.
-    Exact,
-    /// f16/bf16 tensor-core arithmetic (`mma.sync`) with f32 accumulators, CUDA only
-    /// (docs/tensorcore.md). Takes f16/bf16 inputs with head_dim 64, 128 or 256, causal, kv_lens,
-    /// GQA/MQA, a boolean mask and either `NonFinitePolicy`; anything else is a typed error
-    /// ([`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`]), never a fallback. Promised:
-    /// on one GPU architecture the bits are the same run to run, whatever the batch around a
-    /// problem, decode or prefill, the subset of query rows or the stream; relative L2 error
-    /// against `Exact` ≤ 1e-2 (bf16) / 2e-3 (f16) on the tested problems; no NaN or ±inf from
-    /// finite input (any magnitude); under `Propagate` the canonical NaN on exactly the rows the
-    /// `Exact` contract poisons. Not promised: the CPU's or `Exact`'s bits, the same bits on
-    /// another architecture (golden digests are recorded per architecture). On the CPU backend:
-    /// [`Error::PathUnavailable`].
-    TensorCore,
-}
-
-impl Path {
-    /// Lower-case name (`exact`, `tensorcore`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Path::Exact => "exact",
-            Path::TensorCore => "tensorcore",
-        }
-    }
-    /// The code of this path in the digest encoding.
-    pub fn code(self) -> u8 {
-        match self {
-            Path::Exact => 0,
-            Path::TensorCore => 1,
-        }
-    }
-}
-
-impl fmt::Display for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Path {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "exact" => Ok(Path::Exact),
-            "tensorcore" => Ok(Path::TensorCore),
-            _ => Err(format!("unknown path {s:?}: expected exact or tensorcore")),
-        }
-    }
-}
 
 /// Where to compute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -150,7 +99,8 @@ impl Engine {
         }
     }
 
-    /// The CPU `Exact` engine on a private pool of `threads` threads.
+    /// The CPU `Exact` engine on a private pool of `threads` threads, in
+    /// `1..=`[`crate::cpu::MAX_THREADS`] ([`Error::DimensionOutOfRange`] otherwise).
     pub fn cpu_with_threads(threads: usize) -> Result<Engine> {
         Ok(Engine {
             inner: Inner::Cpu(CpuBackend::with_threads(threads)?),
@@ -164,11 +114,11 @@ impl Engine {
             (Path::TensorCore, Inner::Cpu(_)) => Err(Error::PathUnavailable {
                 path: Path::TensorCore,
                 backend: "cpu".into(),
-                reason: "tensor cores are a GPU feature; use Path::Exact on the CPU",
+                reason: "tensor cores are a GPU feature; the exact path runs on the CPU",
             }),
             // Loads and verifies the TensorCore cubin now, so that a bad one fails here.
             #[cfg(feature = "cuda")]
-            (Path::TensorCore, Inner::Cuda(c)) => c.tensorcore().map(|_| ()),
+            (Path::TensorCore, Inner::Cuda(c)) => c.load_path(Path::TensorCore),
         }
     }
 
@@ -191,11 +141,12 @@ impl Engine {
         }
     }
 
-    /// Compute attention and return the output in the input dtype.
+    /// Compute attention on contiguous `[B, H, S, D]` slices and return the output (contiguous
+    /// `[B, Hq, Sq, D]`, in the input dtype).
     ///
     /// Guarantees (see the crate docs for the full contract): on the `Exact` path the bits are
     /// those of docs/numerics.md on every backend; every invalid argument is an [`Error`] returned
-    /// before any work.
+    /// before any work. Each slice must hold exactly its tensor ([`Error::TensorLength`]).
     pub fn run<T: Element>(
         &self,
         problem: &Problem,
@@ -204,13 +155,18 @@ impl Engine {
         v: &[T],
         mask: Option<&[bool]>,
     ) -> Result<Vec<T>> {
-        problem.check_inputs(q.len(), k.len(), v.len(), mask.map(<[bool]>::len))?;
-        let mut out = vec![T::default(); problem.shape().q_elems()];
-        self.run_checked(problem, q, k, v, mask, &mut out)?;
+        let n = problem.shape().q_elems();
+        let x = Qkv::bhsd(problem, q, k, v, mask);
+        self.check(problem, &x, n, Fit::Exact)?;
+        let mut out = vec![T::default(); n];
+        let s = problem.shape();
+        let layout = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+        self.dispatch(problem, &x, TensorMut::new(&mut out, layout))?;
         Ok(out)
     }
 
-    /// Compute attention into `out` (`[B, Hq, Sq, D]`). On error `out` is left untouched.
+    /// Compute attention on contiguous slices into `out` (`[B, Hq, Sq, D]`, exactly that many
+    /// elements). On error `out` is left untouched.
     pub fn run_into<T: Element>(
         &self,
         problem: &Problem,
@@ -220,24 +176,75 @@ impl Engine {
         mask: Option<&[bool]>,
         out: &mut [T],
     ) -> Result<()> {
-        problem.check_inputs(q.len(), k.len(), v.len(), mask.map(<[bool]>::len))?;
-        problem.check_output(out.len())?;
-        self.run_checked(problem, q, k, v, mask, out)
+        let s = problem.shape();
+        let layout = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+        let x = Qkv::bhsd(problem, q, k, v, mask);
+        self.check(problem, &x, out.len(), Fit::Exact)?;
+        self.dispatch(problem, &x, TensorMut::new(out, layout))
     }
 
-    fn run_checked<T: Element>(
+    /// Compute attention on tensors of any layout (`[B, H, S, D]`, `[B, S, H, D]`, views into
+    /// larger or fused buffers: [`crate::Layout`]) into the rows of `out`, which may have its own
+    /// layout. The output bits are those of the same problem in contiguous `[B, H, S, D]`: the
+    /// layouts move data, never change it. Checked first: each tensor's layout against its buffer
+    /// ([`Error::TensorExtent`]) and the output's rows for overlap ([`Error::OutputOverlap`]).
+    /// On error `out` is left untouched; otherwise only its rows are written.
+    pub fn run_tensors<T: Element>(
         &self,
         problem: &Problem,
-        q: &[T],
-        k: &[T],
-        v: &[T],
-        mask: Option<&[bool]>,
-        out: &mut [T],
+        inputs: &Qkv<'_, T>,
+        out: TensorMut<'_, T>,
+    ) -> Result<()> {
+        let ops = Operands {
+            out: (&out).into(),
+            ..operands(inputs)
+        };
+        check_call(problem, &ops, Fit::AtLeast)?;
+        self.dispatch(problem, inputs, out)
+    }
+
+    fn check<T>(&self, p: &Problem, x: &Qkv<'_, T>, out_len: usize, fit: Fit) -> Result<()> {
+        let s = p.shape();
+        let ops = Operands {
+            out: Operand {
+                len: out_len,
+                layout: Layout::bhsd(s.q_heads, s.q_len, s.head_dim),
+            },
+            ..operands(x)
+        };
+        check_call(p, &ops, fit)
+    }
+
+    fn dispatch<T: Element>(
+        &self,
+        p: &Problem,
+        x: &Qkv<'_, T>,
+        out: TensorMut<'_, T>,
     ) -> Result<()> {
         match &self.inner {
-            Inner::Cpu(c) => c.run(problem, q, k, v, mask, out),
+            Inner::Cpu(c) => c.run(p, x, out),
             #[cfg(feature = "cuda")]
-            Inner::Cuda(c) => c.run(problem, self.path, q, k, v, mask, out),
+            Inner::Cuda(c) => c.run_host(self.path, p, x, out),
+        }
+    }
+
+    /// Compute attention on device-resident tensors on `stream`, on this engine's path: see
+    /// [`crate::cuda::CudaBackend::run_device`]. [`Error::PathUnavailable`] on a CPU engine.
+    #[cfg(feature = "cuda")]
+    pub fn run_device<T: Element + crate::cuda::DeviceRepr>(
+        &self,
+        stream: &crate::cuda::CudaStream,
+        problem: &Problem,
+        inputs: &crate::cuda::DeviceQkv<'_, T>,
+        out: crate::cuda::DeviceTensorMut<'_, T>,
+    ) -> Result<()> {
+        match &self.inner {
+            Inner::Cuda(c) => c.run_device(self.path, stream, problem, inputs, out),
+            Inner::Cpu(_) => Err(Error::PathUnavailable {
+                path: self.path,
+                backend: "cpu".into(),
+                reason: "device-resident tensors need a CUDA engine",
+            }),
         }
     }
 
@@ -263,4 +270,18 @@ fn cuda_backend(_ordinal: usize) -> Result<Inner> {
     Err(Error::NoCudaDriver {
         reason: "detattn was built without the `cuda` feature".into(),
     })
+}
+
+/// The input operands of a host call (the output's is added by the caller).
+fn operands<T>(x: &Qkv<'_, T>) -> Operands {
+    Operands {
+        q: (&x.q).into(),
+        k: (&x.k).into(),
+        v: (&x.v).into(),
+        mask: x.mask.map(<[bool]>::len),
+        out: Operand {
+            len: 0,
+            layout: Layout::bhsd(0, 0, 0),
+        },
+    }
 }

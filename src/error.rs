@@ -98,6 +98,55 @@ pub enum Error {
         /// The expected shape, as text.
         shape: String,
     },
+    /// A tensor's layout reaches past the end of its buffer.
+    #[error(
+        "{tensor} {shape} with {layout} needs a buffer of at least {needed} elements, got {got}"
+    )]
+    TensorExtent {
+        /// Which tensor.
+        tensor: TensorName,
+        /// One past the largest element index the layout reaches.
+        needed: usize,
+        /// Elements in the buffer.
+        got: usize,
+        /// The logical shape, as text.
+        shape: String,
+        /// The layout, as text.
+        layout: String,
+    },
+    /// The output's layout makes two output rows share elements: the result would depend on
+    /// which row is written last.
+    #[error("out's rows overlap ({layout}): every output row must have its own head_dim elements")]
+    OutputOverlap {
+        /// The layout, as text.
+        layout: String,
+    },
+    /// A tensor's address, offset or stride is not aligned as the path needs (the `TensorCore`
+    /// kernels copy 16-byte chunks).
+    #[error("the {path} path needs {tensor} aligned to {need}: {what}")]
+    Misaligned {
+        /// The path.
+        path: crate::Path,
+        /// Which tensor.
+        tensor: TensorName,
+        /// What alignment is needed, as text.
+        need: &'static str,
+        /// What was found, as text.
+        what: String,
+    },
+    /// The problem needs more GPU memory than the device has free. Nothing was written; the
+    /// engine stays usable.
+    #[error(
+        "not enough GPU memory on cuda:{ordinal}: this call needs {needed} bytes, {free} are free"
+    )]
+    DeviceMemory {
+        /// Device ordinal.
+        ordinal: usize,
+        /// Bytes the call would allocate.
+        needed: u64,
+        /// Bytes the driver reported free.
+        free: u64,
+    },
     /// The problem declares a mask but none was given, or the other way round.
     #[error("mask presence mismatch: the problem {declared} a mask, the inputs {given} one")]
     MaskPresence {

@@ -1,15 +1,20 @@
-//! The golden problems: seeded problems whose `Exact` output digests are pinned.
+//! The golden problems (seeded problems whose output digests are pinned) and the data files that
+//! pin them.
 //!
-//! The digests live in one insta snapshot, `tests/snapshots/golden__golden_digests_exact.snap`,
-//! computed by the CPU backend; `tests/golden.rs` checks the CPU against it and `detattn selftest`
-//! checks every available backend against the same file (it is compiled into the binary).
+//! The digests live in `golden/<path>.<architecture>.txt`, one format with a header (path,
+//! architecture, contract version, how they were recorded) read by one parser, [`parse`]:
+//! `golden/exact.txt` (computed by the CPU; every GPU of the `Exact` path must reproduce it) and
+//! `golden/tensorcore.sm_90.txt` (the `TensorCore` path's bits are per architecture; none is
+//! recorded for another). `tests/golden.rs` checks the CPU against them and `detattn selftest`
+//! checks every available backend against the same files, compiled into the binary.
 
 use crate::digest::{Digest, digest};
 use crate::dtype::{DType, Element};
-use crate::engine::{Engine, Path};
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::inputs::{GenOptions, generate};
-use crate::problem::{MaskLayout, NonFinitePolicy, Problem, Shape};
+use crate::path::Path;
+use crate::problem::{CausalAlign, MaskLayout, NonFinitePolicy, Problem, Shape};
 use half::{bf16, f16};
 
 /// One golden problem.
@@ -21,8 +26,10 @@ pub struct GoldenCase {
     pub dims: (usize, usize, usize, usize, usize, usize),
     /// Element type.
     pub dtype: DType,
-    /// Causal, bottom-right aligned.
+    /// Causal.
     pub causal: bool,
+    /// Where the causal diagonal sits.
+    pub align: CausalAlign,
     /// Per-batch key lengths.
     pub kv_lens: Option<&'static [usize]>,
     /// Mask layout, if any.
@@ -39,6 +46,7 @@ impl GoldenCase {
         let (b, hq, hkv, sq, skv, d) = self.dims;
         let mut pb = Problem::builder(Shape::new(b, hq, hkv, sq, skv, d))
             .causal(self.causal)
+            .causal_align(self.align)
             .nonfinite(NonFinitePolicy::Reject);
         if let Some(l) = self.kv_lens {
             pb = pb.kv_lens(l.to_vec());
@@ -52,8 +60,17 @@ impl GoldenCase {
         pb.build().expect("golden problems are valid")
     }
 
-    /// Generate the inputs, run on `engine`, return the digest.
-    pub fn run(&self, engine: &Engine) -> Result<Digest> {
+    /// Whether `path` takes this problem (the `TensorCore` path: f16/bf16, head_dim 64, 128 or
+    /// 256).
+    pub fn runs_on(&self, path: Path) -> bool {
+        match path {
+            Path::Exact => true,
+            Path::TensorCore => self.dtype != DType::F32 && [64, 128, 256].contains(&self.dims.5),
+        }
+    }
+
+    /// Generate the inputs, run on `engine`, return the digest (tagged with the engine's path).
+    pub fn digest_on(&self, engine: &Engine) -> Result<Digest> {
         match self.dtype {
             DType::F32 => self.run_typed::<f32>(engine),
             DType::F16 => self.run_typed::<f16>(engine),
@@ -66,11 +83,11 @@ impl GoldenCase {
         let x = generate::<T>(&p, self.inputs);
         let out = engine.run(&p, &x.q, &x.k, &x.v, x.mask.as_deref())?;
         let s = p.shape();
-        Ok(digest(
-            Path::Exact,
+        digest(
+            engine.path(),
             [s.batch, s.q_heads, s.q_len, s.head_dim],
             &out,
-        ))
+        )
     }
 }
 
@@ -85,6 +102,7 @@ const fn case(
         dims,
         dtype,
         causal: false,
+        align: CausalAlign::BottomRight,
         kv_lens: None,
         mask: None,
         scale: None,
@@ -98,6 +116,11 @@ const fn case(
 
 const fn causal(mut c: GoldenCase) -> GoldenCase {
     c.causal = true;
+    c
+}
+const fn top_left(mut c: GoldenCase) -> GoldenCase {
+    c.causal = true;
+    c.align = CausalAlign::TopLeft;
     c
 }
 const fn lens(mut c: GoldenCase, l: &'static [usize]) -> GoldenCase {
@@ -216,26 +239,152 @@ pub fn cases() -> Vec<GoldenCase> {
             MaskLayout::FULL,
             Some(5),
         ),
+        // PyTorch's is_causal alignment (CausalAlign::TopLeft): fewer queries than keys (row i
+        // sees i + 1 keys), and more queries than keys with key lengths (rows past L see all L).
+        top_left(case(
+            "f16_top_left_fewer_queries",
+            (2, 4, 2, 5, 70, 64),
+            F16,
+            31,
+        )),
+        lens(
+            top_left(case(
+                "bf16_top_left_more_queries_kv_lens",
+                (2, 4, 4, 40, 33, 128),
+                Bf16,
+                32,
+            )),
+            &[33, 12],
+        ),
+        top_left(case("f32_top_left_d80", (1, 2, 1, 17, 70, 80), F32, 33)),
     ]
 }
 
-/// The pinned digests, `(name, hex)`, parsed from the snapshot compiled into the crate.
-pub fn expected_digests() -> Vec<(String, String)> {
-    parse_snapshot(include_str!(
-        "../tests/snapshots/golden__golden_digests_exact.snap"
-    ))
+/// One golden data file: its header and its `(case, digest)` lines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GoldenFile {
+    /// The path whose bits it pins.
+    pub path: Path,
+    /// `any` (the `Exact` path: the same bits everywhere) or `sm_XY`.
+    pub architecture: String,
+    /// The contract version the bits follow.
+    pub contract: String,
+    /// How and when the digests were recorded.
+    pub recorded: String,
+    /// `(case name, lowercase hex digest)`, in file order.
+    pub digests: Vec<(String, String)>,
 }
 
-/// The text the snapshot holds: one `name digest` line per case.
-pub fn render(results: &[(&str, Digest)]) -> String {
-    results.iter().map(|(n, d)| format!("{n} {d}\n")).collect()
+impl GoldenFile {
+    /// The digest recorded for `case`, if any.
+    pub fn digest(&self, case: &str) -> Option<&str> {
+        self.digests
+            .iter()
+            .find(|(n, _)| n == case)
+            .map(|(_, d)| d.as_str())
+    }
 }
 
-fn parse_snapshot(text: &str) -> Vec<(String, String)> {
-    // insta's header is a YAML block between two `---` lines; the body follows.
-    let body = text.splitn(3, "---\n").nth(2).unwrap_or("");
-    body.lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, d)| (n.to_string(), d.trim().to_string()))
-        .collect()
+/// The golden data files compiled into the crate: `(file name, text)`.
+pub const FILES: [(&str, &str); 2] = [
+    ("exact.txt", include_str!("../golden/exact.txt")),
+    (
+        "tensorcore.sm_90.txt",
+        include_str!("../golden/tensorcore.sm_90.txt"),
+    ),
+];
+
+/// Parse a golden data file (the format is written at the top of each file in `golden/`): header
+/// lines `key: value` (`path`, `architecture`, `contract`, `recorded` required) up to a line
+/// `---`, then `case digest` lines; `#` starts a comment line. Every malformed line is an error
+/// naming its line number.
+pub fn parse(text: &str) -> std::result::Result<GoldenFile, String> {
+    let mut header = std::collections::BTreeMap::new();
+    let mut digests = Vec::new();
+    let mut in_body = false;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let n = i + 1;
+        if !in_body {
+            if line == "---" {
+                in_body = true;
+                continue;
+            }
+            let (k, v) = line
+                .split_once(':')
+                .ok_or(format!("line {n}: expected `key: value` or `---`"))?;
+            header.insert(k.trim().to_string(), v.trim().to_string());
+            continue;
+        }
+        let (name, hex) = line
+            .split_once(char::is_whitespace)
+            .ok_or(format!("line {n}: expected `case-name digest`"))?;
+        let hex = hex.trim();
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        {
+            return Err(format!(
+                "line {n}: {hex:?} is not a lowercase SHA-256 in hex"
+            ));
+        }
+        if digests.iter().any(|(d, _): &(String, String)| d == name) {
+            return Err(format!("line {n}: {name} is recorded twice"));
+        }
+        digests.push((name.to_string(), hex.to_string()));
+    }
+    if !in_body {
+        return Err("no `---` line ends the header".into());
+    }
+    let mut field = |k: &str| {
+        header
+            .remove(k)
+            .ok_or(format!("the header has no `{k}:` line"))
+    };
+    let path = field("path")?.parse::<Path>()?;
+    Ok(GoldenFile {
+        path,
+        architecture: field("architecture")?,
+        contract: field("contract")?,
+        recorded: field("recorded")?,
+        digests,
+    })
+}
+
+/// The compiled-in golden file of `path` for `arch` (`sm_90`; any architecture for the `Exact`
+/// path), or `None` where none is recorded. A file that does not parse is a build defect the
+/// tests catch (`tests/golden.rs`); here it reads as "none".
+pub fn expected(path: Path, arch: &str) -> Option<GoldenFile> {
+    FILES
+        .iter()
+        .filter_map(|(_, text)| parse(text).ok())
+        .find(|f| f.path == path && (f.architecture == "any" || f.architecture == arch))
+}
+
+/// The text of a golden file: the header fields, then one `case digest` line per result.
+pub fn render(
+    path: Path,
+    architecture: &str,
+    contract: &str,
+    recorded: &str,
+    results: &[(&str, Digest)],
+) -> String {
+    let mut s = String::from(
+        "# detattn golden digests. One parser reads this format (src/golden.rs, `golden::parse`):\n\
+         # header lines `key: value` up to the line `---`, then one `case-name digest` line per\n\
+         # golden problem. Lines starting with `#` are comments.\n",
+    );
+    s += &format!(
+        "path: {}\narchitecture: {architecture}\ncontract: {contract}\ndigest-format: {}\nrecorded: {recorded}\n---\n",
+        path.name(),
+        crate::DIGEST_VERSION
+    );
+    for (n, d) in results {
+        s += &format!("{n} {d}\n");
+    }
+    s
 }

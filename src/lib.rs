@@ -86,7 +86,10 @@
 //! `cuda` and `kernels/` (the mirror) → `audit/` (the evidence).
 
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
+// In reading order, each module importing only modules above it (a test holds this:
+// tests/architecture.rs).
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -97,14 +100,19 @@ mod error;
 pub mod golden;
 pub mod inputs;
 pub mod numerics;
+mod path;
 pub mod problem;
+pub mod tensor;
 
-pub use digest::{DIGEST_VERSION, Digest, digest};
+pub use digest::{DIGEST_VERSION, Digest, digest, digest_of};
 pub use dtype::{DType, Element};
-pub use engine::{Backend, Engine, Path};
+pub use engine::{Backend, Engine};
 pub use error::{Error, Result, TensorName};
 pub use half::{bf16, f16};
-pub use problem::{MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Shape};
+pub use numerics::CONTRACT_VERSION;
+pub use path::Path;
+pub use problem::{CausalAlign, MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Shape};
+pub use tensor::{Layout, Order, Qkv, Tensor, TensorMut};
 
 // The README's Rust example, compiled and run by `cargo test --doc` (doctests only; no item in the
 // built library).

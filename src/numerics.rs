@@ -10,6 +10,11 @@
 // by fmaxf/fminf in the kernel; `f32::clamp` is a different operation (it passes NaN through).
 #![allow(clippy::manual_clamp)]
 
+/// The version of docs/numerics.md these functions implement: the `Exact` path's bits are those
+/// of this version of the document. A change to any operation, constant or order of it is a new
+/// version (and new golden digests).
+pub const CONTRACT_VERSION: u32 = 1;
+
 /// Keys per tile (§4).
 pub const TILE: usize = 64;
 /// Largest key length accepted (§4: keeps `l ≤ 1/4`).

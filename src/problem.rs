@@ -1,6 +1,6 @@
 //! What a valid problem is. A [`Problem`] can only be built through [`ProblemBuilder::build`],
-//! which checks every public parameter; [`Problem::check_inputs`] checks the tensors against it.
-//! Both run before any work, so an error never leaves a partial output behind.
+//! which checks every public parameter; the tensors are checked against it by
+//! [`crate::tensor`] before any work, so an error never leaves a partial output behind.
 
 use crate::error::{Error, Result, TensorName};
 use crate::numerics::{MAX_KV_LEN, default_scale};
@@ -10,9 +10,10 @@ pub const MAX_HEAD_DIM: usize = 8192;
 /// Largest batch, head count or query length accepted (keeps every index in 32 bits on the GPU).
 pub const MAX_DIM: usize = 1 << 24;
 
-/// The shape of one attention problem. Q is `[batch, q_heads, q_len, head_dim]`; K and V are
-/// `[batch, kv_heads, kv_len, head_dim]`; the output has Q's shape. All tensors are contiguous,
-/// row-major.
+/// The logical shape of one attention problem. Q is `[batch, q_heads, q_len, head_dim]`; K and V
+/// are `[batch, kv_heads, kv_len, head_dim]`; the output has Q's shape. How each tensor is laid out
+/// in memory (`[B, H, S, D]`, `[B, S, H, D]`, a strided view) is a [`crate::Layout`]; the bits do
+/// not depend on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     /// B.
@@ -70,6 +71,28 @@ impl Shape {
     }
 }
 
+/// Where the causal diagonal sits when `q_len` and the key length differ (docs/numerics.md §1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CausalAlign {
+    /// Query row `i` sees key `j` iff `j + q_len ≤ i + L` (`L` the batch element's key length):
+    /// the last query row sees every key, as when decoding against a KV cache. The default.
+    #[default]
+    BottomRight,
+    /// Query row `i` sees key `j` iff `j ≤ i`: PyTorch's `is_causal=True`
+    /// (`torch.ones(Sq, Skv).tril()`). A row whose `i` is past the key length sees `L` keys.
+    TopLeft,
+}
+
+impl CausalAlign {
+    /// `bottom-right` or `top-left`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CausalAlign::BottomRight => "bottom-right",
+            CausalAlign::TopLeft => "top-left",
+        }
+    }
+}
+
 /// Which dimensions of the boolean mask are present; an absent one is broadcast (size 1).
 /// The mask is `[batch or 1, q_heads or 1, q_len, kv_len]`, `true` meaning "attend".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -110,6 +133,7 @@ pub enum NonFinitePolicy {
 pub struct Problem {
     shape: Shape,
     causal: bool,
+    align: CausalAlign,
     scale: f32,
     kv_lens: Option<Vec<usize>>,
     mask: Option<MaskLayout>,
@@ -121,6 +145,7 @@ pub struct Problem {
 pub struct ProblemBuilder {
     shape: Shape,
     causal: bool,
+    align: CausalAlign,
     scale: Option<f32>,
     kv_lens: Option<Vec<usize>>,
     mask: Option<MaskLayout>,
@@ -128,12 +153,20 @@ pub struct ProblemBuilder {
 }
 
 impl ProblemBuilder {
-    /// Causal masking, **bottom-right aligned**: query row `i` sees key `j` iff
+    /// Causal masking, by default **bottom-right aligned**: query row `i` sees key `j` iff
     /// `j + q_len ≤ i + L` (L the batch element's key length). The last query row sees every key,
-    /// as when decoding against a KV cache. PyTorch's `is_causal` is top-left aligned (`j ≤ i`);
-    /// the two agree only when `q_len == L`.
+    /// as when decoding against a KV cache. PyTorch's `is_causal` is top-left aligned (`j ≤ i`):
+    /// ask for it with [`causal_align`](ProblemBuilder::causal_align). The two agree only when
+    /// `q_len == L`.
     pub fn causal(mut self, causal: bool) -> Self {
         self.causal = causal;
+        self
+    }
+
+    /// Where the causal diagonal sits (default [`CausalAlign::BottomRight`]); only matters when
+    /// [`causal`](ProblemBuilder::causal) is set.
+    pub fn causal_align(mut self, align: CausalAlign) -> Self {
+        self.align = align;
         self
     }
 
@@ -218,6 +251,7 @@ impl ProblemBuilder {
         let p = Problem {
             shape: s,
             causal: self.causal,
+            align: self.align,
             scale,
             kv_lens: self.kv_lens,
             mask: self.mask,
@@ -246,6 +280,7 @@ impl Problem {
         ProblemBuilder {
             shape,
             causal: false,
+            align: CausalAlign::BottomRight,
             scale: None,
             kv_lens: None,
             mask: None,
@@ -257,9 +292,13 @@ impl Problem {
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
-    /// Whether causal (bottom-right aligned) masking applies.
+    /// Whether causal masking applies.
     pub fn causal(&self) -> bool {
         self.causal
+    }
+    /// Where the causal diagonal sits (meaningful when [`causal`](Problem::causal)).
+    pub fn causal_align(&self) -> CausalAlign {
+        self.align
     }
     /// The scale actually used (the default already resolved).
     pub fn scale(&self) -> f32 {
@@ -314,75 +353,12 @@ impl Problem {
     /// If `b >= batch`, as [`kv_len_of`](Problem::kv_len_of).
     pub fn key_limit(&self, b: usize, i: usize) -> usize {
         let l = self.kv_len_of(b);
-        if self.causal {
+        match (self.causal, self.align) {
+            (false, _) => l,
             // j + Sq ≤ i + L  ⇔  j < i + L + 1 − Sq
-            (i + l + 1).saturating_sub(self.shape.q_len).min(l)
-        } else {
-            l
+            (true, CausalAlign::BottomRight) => (i + l + 1).saturating_sub(self.shape.q_len).min(l),
+            // j ≤ i  ⇔  j < i + 1
+            (true, CausalAlign::TopLeft) => (i + 1).min(l),
         }
-    }
-
-    /// Check the input slices against the shape. Lengths only: values are the engine's business.
-    pub fn check_inputs(&self, q: usize, k: usize, v: usize, mask: Option<usize>) -> Result<()> {
-        let s = &self.shape;
-        let qs = format!("[{}, {}, {}, {}]", s.batch, s.q_heads, s.q_len, s.head_dim);
-        let ks = format!(
-            "[{}, {}, {}, {}]",
-            s.batch, s.kv_heads, s.kv_len, s.head_dim
-        );
-        for (tensor, got, expected, shape) in [
-            (TensorName::Q, q, s.q_elems(), &qs),
-            (TensorName::K, k, s.kv_elems(), &ks),
-            (TensorName::V, v, s.kv_elems(), &ks),
-        ] {
-            if got != expected {
-                return Err(Error::TensorLength {
-                    tensor,
-                    expected,
-                    got,
-                    shape: shape.clone(),
-                });
-            }
-        }
-        match (self.mask.is_some(), mask) {
-            (true, Some(got)) => {
-                let d = self.mask_dims();
-                let expected = d.iter().product();
-                if got != expected {
-                    return Err(Error::TensorLength {
-                        tensor: TensorName::Mask,
-                        expected,
-                        got,
-                        shape: format!("{d:?}"),
-                    });
-                }
-            }
-            (false, None) => {}
-            (declared, _) => {
-                return Err(Error::MaskPresence {
-                    declared: if declared {
-                        "declares"
-                    } else {
-                        "does not declare"
-                    },
-                    given: if declared { "do not give" } else { "give" },
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Check an output slice's length.
-    pub fn check_output(&self, out: usize) -> Result<()> {
-        let s = &self.shape;
-        if out != s.q_elems() {
-            return Err(Error::TensorLength {
-                tensor: TensorName::Out,
-                expected: s.q_elems(),
-                got: out,
-                shape: format!("[{}, {}, {}, {}]", s.batch, s.q_heads, s.q_len, s.head_dim),
-            });
-        }
-        Ok(())
     }
 }

@@ -19,14 +19,18 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
 }
 
-/// The pinned digest of a golden case, read from the snapshot file (not from the binary).
+/// The pinned digest of a golden case, read from the data file (not from the binary).
 fn snapshot_digest(name: &str) -> String {
-    let text = include_str!("snapshots/golden__golden_digests_exact.snap");
-    text.lines()
+    let text = include_str!("../golden/exact.txt");
+    let body = text
+        .split("\n---\n")
+        .nth(1)
+        .expect("a header ends with ---");
+    body.lines()
         .filter_map(|l| l.split_once(' '))
         .find(|(n, _)| *n == name)
         .map(|(_, d)| d.trim().to_string())
-        .unwrap_or_else(|| panic!("{name} is in the snapshot"))
+        .unwrap_or_else(|| panic!("{name} is in golden/exact.txt"))
 }
 
 #[test]
@@ -124,6 +128,178 @@ fn run_prints_the_golden_digest_of_the_same_problem() {
         line.split_whitespace().nth(1),
         Some(snapshot_digest("f16_everything_d3_mqa").as_str())
     );
+}
+
+/// The flags of golden case f16_everything_d3_mqa, plus `extra`.
+fn everything_case(extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "--backend",
+        "cpu",
+        "--batch",
+        "2",
+        "--q-heads",
+        "4",
+        "--kv-heads",
+        "1",
+        "--q-len",
+        "17",
+        "--kv-len",
+        "40",
+        "--head-dim",
+        "3",
+        "--dtype",
+        "f16",
+        "--causal",
+        "--kv-lens",
+        "40,20",
+        "--mask",
+        "full",
+        "--blank-rows-every",
+        "5",
+        "--seed",
+        "30",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+#[test]
+fn run_layout_bshd_prints_the_same_digest_as_bhsd() {
+    for extra in [&["--layout", "bshd"][..], &["--layout", "bhsd"][..]] {
+        let args = everything_case(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = detattn(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+        assert_eq!(v["layout"], extra[1]);
+        assert_eq!(
+            v["digest"],
+            snapshot_digest("f16_everything_d3_mqa"),
+            "{extra:?}"
+        );
+    }
+}
+
+#[test]
+fn run_top_left_causal_prints_its_golden_digest() {
+    // golden case f32_top_left_d80: (1, 2, 1, 17, 70, 80), f32, causal top-left, seed 33.
+    let o = detattn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--batch",
+        "1",
+        "--q-heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--q-len",
+        "17",
+        "--kv-len",
+        "70",
+        "--head-dim",
+        "80",
+        "--causal",
+        "--causal-align",
+        "top-left",
+        "--seed",
+        "33",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+    assert_eq!(v["causal_align"], "top-left");
+    assert_eq!(v["digest"], snapshot_digest("f32_top_left_d80"));
+    // Bottom-right on the same problem is another problem: another digest.
+    let o = detattn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--batch",
+        "1",
+        "--q-heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--q-len",
+        "17",
+        "--kv-len",
+        "70",
+        "--head-dim",
+        "80",
+        "--causal",
+        "--seed",
+        "33",
+        "--json",
+    ]);
+    let v2: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+    assert_ne!(v2["digest"], v["digest"]);
+}
+
+#[test]
+fn json_errors_are_one_json_document() {
+    for (args, kind, code) in [
+        (
+            &["run", "--backend", "cpu", "--head-dim", "0", "--json"][..],
+            "usage",
+            2,
+        ),
+        (
+            &[
+                "bench",
+                "--backend",
+                "cpu",
+                "--q-heads",
+                "3",
+                "--kv-heads",
+                "2",
+                "--json",
+            ][..],
+            "usage",
+            2,
+        ),
+        (
+            &["run", "--backend", "cuda:7", "--q-len", "8", "--json"][..],
+            "runtime",
+            1,
+        ),
+    ] {
+        let o = detattn(args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)));
+        assert_eq!(v["error"]["kind"], kind, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn tensorcore_on_the_cpu_names_the_flag_to_use() {
+    let o = detattn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--path",
+        "tensorcore",
+        "--dtype",
+        "f16",
+        "--q-len",
+        "8",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("--path exact"), "{e}");
+    assert!(!e.contains("Path::"), "{e}");
 }
 
 #[test]
@@ -277,7 +453,7 @@ fn bench_tensorcore_errors_are_the_library_messages() {
         (
             &["--backend", "cpu", "--dtype", "bf16"][..],
             "error: the tensorcore path is not available on the cpu backend: tensor cores are a \
-             GPU feature; use Path::Exact on the CPU",
+             GPU feature; the exact path runs on the CPU (use --path exact)",
         ),
         (
             &["--dtype", "f32"][..],

@@ -8,6 +8,7 @@
 #![cfg(feature = "cuda")]
 
 mod gpu_common;
+use gpu_common::{dev_run, dev_time};
 
 use detattn::cuda::{CudaBackend, CudaSlice, CudaStream, DeviceRepr};
 use detattn::inputs::{GenOptions, SplitMix64, generate};
@@ -158,7 +159,7 @@ fn run_device<T: Element + DeviceRepr>(
     );
     let m = mask_bytes(&c.mask).map(|m| upload(stream, &m));
     let mut out = poisoned::<T>(stream, p.shape().q_elems());
-    be.run_device(stream, p, &q, &k, &v, m.as_ref(), &mut out)?;
+    dev_run(be, Path::Exact, stream, p, &q, &k, &v, m.as_ref(), &mut out)?;
     let host = stream.clone_dtoh(&out).expect("download");
     stream.synchronize().expect("sync");
     Ok(host)
@@ -306,13 +307,14 @@ fn golden_digests_reproduced_on_gpu() {
     let Some(gpu) = gpu("golden_digests_reproduced_on_gpu") else {
         return;
     };
-    eprintln!("cubin: {}", cuda(&gpu).cubin_source());
-    let want = golden::expected_digests();
+    // d7_compare.py reads this line to see which cubins ran.
+    eprintln!("cubin: {}", cuda(&gpu).cubin_sources().join(", "));
+    let want = golden::expected(Path::Exact, "any").expect("golden/exact.txt");
     let mut bad = Vec::new();
     for case in golden::cases() {
-        let got = case.run(&gpu).expect(case.name).to_string();
-        let exp = &want.iter().find(|(n, _)| n == case.name).expect("pinned").1;
-        if &got != exp {
+        let got = case.digest_on(&gpu).expect(case.name).to_string();
+        let exp = want.digest(case.name).expect("pinned");
+        if got != exp {
             bad.push(format!("{}: {got} != {exp}", case.name));
         }
     }
@@ -343,8 +345,7 @@ fn d1_thousand_runs_same_bits() {
     let first = run_device(be, &s, &p, &c).unwrap();
     let mut out = poisoned::<f32>(&s, p.shape().q_elems());
     for run in 0..1000 {
-        be.run_device(&s, &p, &q, &k, &v, m.as_ref(), &mut out)
-            .unwrap();
+        dev_run(be, Path::Exact, &s, &p, &q, &k, &v, m.as_ref(), &mut out).unwrap();
         let host = s.clone_dtoh(&out).unwrap();
         assert_eq!(bits(&host), bits(&first), "run {run} differs");
     }
@@ -486,9 +487,8 @@ fn d5_two_streams_concurrent_launches() {
         .collect();
     // Interleaved launches on two streams with no synchronisation in between.
     for (oa, ob) in outs_a.iter_mut().zip(outs_b.iter_mut()) {
-        be.run_device(&s1, &pa, &qa, &ka, &va, ma.as_ref(), oa)
-            .unwrap();
-        be.run_device(&s2, &pb, &qb, &kb, &vb, None, ob).unwrap();
+        dev_run(be, Path::Exact, &s1, &pa, &qa, &ka, &va, ma.as_ref(), oa).unwrap();
+        dev_run(be, Path::Exact, &s2, &pb, &qb, &kb, &vb, None, ob).unwrap();
     }
     for (i, o) in outs_a.iter().enumerate() {
         let h = s1.clone_dtoh(o).unwrap();
@@ -521,7 +521,7 @@ fn device_entry_rejects_nonfinite_and_bad_arguments_without_writing() {
         t[n - 1] = f32::NAN; // the last element: the scan must read everything
         let (q, k, v) = (upload(&s, &c.q), upload(&s, &c.k), upload(&s, &c.v));
         let mut out = poisoned::<f32>(&s, p.shape().q_elems());
-        let r = be.run_device(&s, &p, &q, &k, &v, None, &mut out);
+        let r = dev_run(be, Path::Exact, &s, &p, &q, &k, &v, None, &mut out);
         assert_eq!(r, Err(Error::NonFinite { tensor: name }));
         let host = s.clone_dtoh(&out).unwrap();
         assert!(
@@ -534,7 +534,7 @@ fn device_entry_rejects_nonfinite_and_bad_arguments_without_writing() {
     let (q, k) = (upload(&s, &c.q), upload(&s, &c.k));
     let short = upload(&s, &c.v[1..]);
     let mut out = poisoned::<f32>(&s, p.shape().q_elems());
-    let r = be.run_device(&s, &p, &q, &k, &short, None, &mut out);
+    let r = dev_run(be, Path::Exact, &s, &p, &q, &k, &short, None, &mut out);
     assert!(
         matches!(
             r,
@@ -559,9 +559,7 @@ fn time_launch_reports_a_positive_time_and_writes_the_output() {
     let (q, k, v) = (upload(&s, &c.q), upload(&s, &c.k), upload(&s, &c.v));
     let m = mask_bytes(&c.mask).map(|m| upload(&s, &m));
     let mut out = poisoned::<f16>(&s, p.shape().q_elems());
-    let us = be
-        .time_launch(&s, &p, &q, &k, &v, m.as_ref(), &mut out)
-        .unwrap();
+    let us = dev_time(be, Path::Exact, &s, &p, &q, &k, &v, m.as_ref(), &mut out).unwrap();
     assert!(us > 0.0 && us.is_finite(), "{us}");
     let want = Engine::cpu()
         .run(&p, &c.q, &c.k, &c.v, c.mask.as_deref())

@@ -30,7 +30,7 @@ fn gpu(test: &str) -> Option<Engine> {
     gpu_common::gpu(test, Path::TensorCore)
 }
 
-use gpu_common::loud;
+use gpu_common::{bench_opts, dev_run, dev_time, loud};
 
 const DIMS: [usize; 3] = [64, 128, 256];
 
@@ -473,10 +473,30 @@ fn d5_one<T: Element + DeviceRepr>(e: &Engine, d: usize) {
     s2.synchronize().expect("sync");
     // Interleaved launches on the two streams, no synchronisation in between.
     for (o1, o2) in oa.iter_mut().zip(ob.iter_mut()) {
-        c.run_device_tensorcore(&s1, &pa, &a.0, &a.1, &a.2, a.3.as_ref(), o1)
-            .expect("stream 1");
-        c.run_device_tensorcore(&s2, &pb, &b.0, &b.1, &b.2, b.3.as_ref(), o2)
-            .expect("stream 2");
+        dev_run(
+            c,
+            Path::TensorCore,
+            &s1,
+            &pa,
+            &a.0,
+            &a.1,
+            &a.2,
+            a.3.as_ref(),
+            o1,
+        )
+        .expect("stream 1");
+        dev_run(
+            c,
+            Path::TensorCore,
+            &s2,
+            &pb,
+            &b.0,
+            &b.1,
+            &b.2,
+            b.3.as_ref(),
+            o2,
+        )
+        .expect("stream 2");
     }
     for (i, (o1, o2)) in oa.iter().zip(&ob).enumerate() {
         let g1 = s1.clone_dtoh(o1).expect("download");
@@ -589,7 +609,8 @@ fn own_digest<T: Element>(case: &golden::GoldenCase, e: &Engine) -> (detattn::Di
             Path::TensorCore,
             [s.batch, s.q_heads, s.q_len, s.head_dim],
             &out,
-        ),
+        )
+        .expect("digest"),
         nonfinite,
     )
 }
@@ -602,8 +623,8 @@ fn golden_digests_per_architecture() {
     let arch = e.cuda().expect("cuda").arch();
     let mut got = vec![];
     for case in golden::cases() {
-        let r = cuda::golden_digest(&case, &e);
-        if cuda::tensorcore_supports(&case) {
+        let r = case.digest_on(&e);
+        if case.runs_on(Path::TensorCore) {
             let dg = r.unwrap_or_else(|err| panic!("{}: {err}", case.name));
             // Again, through this file's own runner (the planted fault enters here): the library
             // helper that `detattn selftest` uses must agree with it, and a digest that changes
@@ -635,37 +656,49 @@ fn golden_digests_per_architecture() {
         e.describe()
     ));
     if let Some(dir) = std::env::var_os("DETATTN_RECORD") {
-        let file = std::path::Path::new(&dir)
-            .join(format!("golden_tensorcore_{}.txt", arch.replace('_', "")));
-        let header = format!(
-            "# TensorCore golden digests on {arch}, recorded on {} by \
-             tests/cuda_tensorcore.rs (DETATTN_RECORD)\n",
-            e.describe()
+        let file = std::path::Path::new(&dir).join(format!("tensorcore.{arch}.txt"));
+        let results: Vec<(&str, detattn::Digest)> = golden::cases()
+            .iter()
+            .filter(|c| c.runs_on(Path::TensorCore))
+            .map(|c| (c.name, c.digest_on(&e).expect("golden run")))
+            .collect();
+        let text = golden::render(
+            Path::TensorCore,
+            arch,
+            "TensorCore operation sequence of docs/tensorcore.md (per architecture)",
+            &format!(
+                "on {} by tests/cuda_tensorcore.rs with DETATTN_RECORD (the date is the commit's)",
+                e.describe()
+            ),
+            &results,
         );
-        std::fs::write(&file, header + &text).expect("write the recorded digests");
+        std::fs::write(&file, text).expect("write the recorded digests");
         loud(&format!("recorded to {}", file.display()));
     }
-    match cuda::tensorcore_expected_digests(arch) {
+    match golden::expected(Path::TensorCore, arch) {
         Some(want) => {
-            assert_eq!(
-                want.len(),
-                got.len(),
-                "the {arch} snapshot has {} digests, the run {}",
-                want.len(),
-                got.len()
-            );
-            for ((wn, wd), (gn, gd)) in want.iter().zip(&got) {
-                assert_eq!(wn, gn, "case order");
-                assert_eq!(wd, gd, "{gn}: golden digest mismatch on {arch}");
+            let mut bad = vec![];
+            for (gn, gd) in &got {
+                match want.digest(gn) {
+                    Some(w) if w == gd => {}
+                    w => bad.push(format!("{gn}: recorded {w:?}, got {gd}")),
+                }
             }
+            assert!(
+                bad.is_empty() && want.digests.len() == got.len(),
+                "golden digests on {arch} ({} recorded, {} run):\n{}",
+                want.digests.len(),
+                got.len(),
+                bad.join("\n")
+            );
             loud(&format!(
-                "tensorcore golden digests: {} cases match the {arch} snapshot",
+                "tensorcore golden digests: {} cases match golden/tensorcore.{arch}.txt",
                 got.len()
             ));
         }
         None => loud(&format!(
             "NOT CHECKED golden_digests_per_architecture: no tensorcore golden digests are \
-             recorded for {arch} (tests/snapshots/golden_tensorcore_*.txt)"
+             recorded for {arch} (golden/tensorcore.<arch>.txt)"
         )),
     }
 }
@@ -739,7 +772,7 @@ fn typed_errors_of_the_path() {
     );
     let poison = vec![bf16::from_f32(7.0); p.shape().q_elems()];
     let mut out = st.clone_htod(&poison).expect("up");
-    match c.run_device_tensorcore(&st, &p, &q, &k, &v, None, &mut out) {
+    match dev_run(c, Path::TensorCore, &st, &p, &q, &k, &v, None, &mut out) {
         Err(Error::NonFinite {
             tensor: TensorName::V,
         }) => {}
@@ -750,8 +783,7 @@ fn typed_errors_of_the_path() {
     // And the clean device call gives the host entry point's bits.
     let x = inputs::<bf16>(&p, 3);
     let v = st.clone_htod(&x.v).expect("up");
-    c.run_device_tensorcore(&st, &p, &q, &k, &v, None, &mut out)
-        .expect("device run");
+    dev_run(c, Path::TensorCore, &st, &p, &q, &k, &v, None, &mut out).expect("device run");
     let back = st.clone_dtoh(&out).expect("down");
     assert_eq!(bits(&back), bits(&run(&e, &p, &x)));
     // The CPU backend does not offer the path.
@@ -1008,8 +1040,18 @@ fn propagate_one<T: Element + DeviceRepr>(
     });
     let (q, k, v) = (up(&x.q), up(&x.k), up(&x.v));
     let mut out = up(&vec![T::from_bits_u32(0x1357); got.len()]);
-    c.run_device_tensorcore(&st, &p, &q, &k, &v, m.as_ref(), &mut out)
-        .expect("device propagate");
+    dev_run(
+        c,
+        Path::TensorCore,
+        &st,
+        &p,
+        &q,
+        &k,
+        &v,
+        m.as_ref(),
+        &mut out,
+    )
+    .expect("device propagate");
     let back = st.clone_dtoh(&out).expect("download");
     assert!(
         bits(&back) == bits(&got),
@@ -1060,7 +1102,12 @@ fn timing_api_of_the_path() {
         let pp = with_policy(&p, policy);
         for per_sample in [1, 4] {
             let r = c
-                .bench_path(Path::TensorCore, &pp, DType::F16, 1, 2, 5, 3, per_sample)
+                .bench(
+                    Path::TensorCore,
+                    &pp,
+                    DType::F16,
+                    &bench_opts(1, 2, 5, 3, per_sample),
+                )
                 .expect("bench_path");
             assert!(
                 r.median_us > 0.0 && r.median_us.is_finite() && r.iters == 5 && r.rotate == 3,
@@ -1081,9 +1128,8 @@ fn timing_api_of_the_path() {
         let mut out = st
             .clone_htod(&vec![bf16::from_bits(0x1357); x.q.len()])
             .expect("up");
-        let us = c
-            .time_launch_path(Path::TensorCore, &st, &pp, &q, &k, &v, None, &mut out)
-            .expect("time_launch_path");
+        let us = dev_time(c, Path::TensorCore, &st, &pp, &q, &k, &v, None, &mut out)
+            .expect("time_launch");
         assert!(us > 0.0 && us.is_finite(), "{policy:?}: {us} µs");
         let back = st.clone_dtoh(&out).expect("down");
         assert_eq!(bits(&back), bits(&run(&e, &pp, &x)), "{policy:?}");
@@ -1092,14 +1138,24 @@ fn timing_api_of_the_path() {
     let p32 = problem((1, 2, 2, 16, 16, 64), false, None, None);
     for per_sample in [1, 3] {
         let r = c
-            .bench_path(Path::Exact, &p32, DType::F32, 1, 1, 3, 2, per_sample)
+            .bench(
+                Path::Exact,
+                &p32,
+                DType::F32,
+                &bench_opts(1, 1, 3, 2, per_sample),
+            )
             .expect("bench_path exact");
         assert!(
             r.median_us > 0.0 && r.median_us.is_finite() && r.iters == 3 && r.rotate == 2,
             "exact per_sample {per_sample}: {r:?}"
         );
     }
-    match c.bench_path(Path::TensorCore, &p32, DType::F32, 1, 1, 3, 1, 1) {
+    match c.bench(
+        Path::TensorCore,
+        &p32,
+        DType::F32,
+        &bench_opts(1, 1, 3, 1, 1),
+    ) {
         Err(Error::DTypeUnsupported { .. }) => {}
         other => panic!("tensorcore f32: expected DTypeUnsupported, got {other:?}"),
     }

@@ -1,18 +1,19 @@
 //! Every `detattn::Error` variant that can be reached without a GPU is reached here, through the
 //! public API, by a test that asserts the variant (with its fields) and its exact message. The
-//! expected values come from the documented limits (issue 2, docs/numerics.md §1, §4), not from
-//! the crate's constants. "No partial output": every error of `run_into` leaves `out` untouched.
+//! expected values come from the documented limits (docs/numerics.md §1, §4, the crate docs),
+//! not from the crate's constants. "No partial output": every error of `run_into` leaves `out` untouched.
 //!
-//! Variants that need a GPU (`UnsupportedGpu`, `CubinIntegrity`, `WrongDevice`, `Cuda`) and the
-//! one no path constructs yet (`HeadDimUnsupported`, for the tensor-core path) only have their
-//! message format checked on a hand-built value; `every_variant_is_accounted_for` keeps the list
+//! Variants that need a GPU (`UnsupportedGpu`, `CubinIntegrity`, `WrongDevice`, `Cuda`,
+//! `Misaligned`, `DeviceMemory`, and the tensor-core path's `HeadDimUnsupported`,
+//! `DTypeUnsupported`) only have their message format checked here on a hand-built value (the GPU
+//! tests reach them: tests/cuda_*.rs); `every_variant_is_accounted_for` keeps the list
 //! of variants here in step with src/error.rs (it reads the source: `Error` is `#[non_exhaustive]`,
 //! so an exhaustive `match` outside the crate cannot be written, and a wildcard arm would make
 //! such a test pass whatever was added).
 
 use detattn::{
-    Backend, DType, Engine, Error, MaskLayout, NonFinitePolicy, Path, Problem, Shape, TensorName,
-    bf16, f16,
+    Backend, DType, Engine, Error, Layout, MaskLayout, NonFinitePolicy, Path, Problem, Qkv, Shape,
+    Tensor, TensorMut, TensorName, bf16, f16,
 };
 
 const M24: usize = 1 << 24; // 16777216: the largest B, Hq, Hkv, Sq, Skv accepted
@@ -496,7 +497,7 @@ fn path_unavailable_tensorcore_on_cpu() {
     assert_msg(
         &e,
         "the tensorcore path is not available on the cpu backend: tensor cores are a GPU \
-         feature; use Path::Exact on the CPU",
+         feature; the exact path runs on the CPU",
     );
     // Auto without a usable GPU resolves to the CPU: the same error, never a fallback to Exact.
     if cuda_usable() {
@@ -535,22 +536,22 @@ fn no_cuda_driver_when_there_is_none() {
 const CHILD_ENV: &str = "DETATTN_TEST_THREAD_POOL_CHILD";
 
 /// Does nothing unless started by `thread_pool_error_when_threads_cannot_start`, which re-runs
-/// this test binary with that variable set under an address-space limit of 512 MiB: 8192 threads
+/// this test binary with that variable set under an address-space limit of 512 MiB: 1000 threads
 /// of 2 MiB stacks cannot start there, so building the pool must fail with `ThreadPool`.
 #[test]
 fn thread_pool_child() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    let e = Engine::cpu_with_threads(8192).expect_err("8192 threads in 512 MiB");
+    let e = Engine::cpu_with_threads(1000).expect_err("1000 threads in 512 MiB");
     let Error::ThreadPool { threads, reason } = &e else {
         panic!("expected ThreadPool, got {e:?}");
     };
-    assert_eq!(*threads, 8192);
+    assert_eq!(*threads, 1000);
     assert!(reason.contains("os error"), "{reason}");
     assert_msg(
         &e,
-        &format!("cannot build a CPU thread pool of 8192 threads: {reason}"),
+        &format!("cannot build a CPU thread pool of 1000 threads: {reason}"),
     );
     println!("THREAD-POOL-CHILD-OK {e}");
 }
@@ -571,10 +572,126 @@ fn thread_pool_error_when_threads_cannot_start() {
     assert!(
         out.status.success()
             && stdout
-                .contains("THREAD-POOL-CHILD-OK cannot build a CPU thread pool of 8192 threads: "),
+                .contains("THREAD-POOL-CHILD-OK cannot build a CPU thread pool of 1000 threads: "),
         "child failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );
+}
+
+#[test]
+fn thread_counts_outside_1_to_1024_are_rejected_before_any_thread_starts() {
+    // 0 is not "the default" (Engine::cpu is), and 100 000 would spend minutes creating threads.
+    for n in [0usize, 1025, 100_000] {
+        let e = Engine::cpu_with_threads(n).expect_err("out of range");
+        assert_eq!(
+            e,
+            Error::DimensionOutOfRange {
+                name: "threads",
+                value: n,
+                min: 1,
+                max: 1024
+            }
+        );
+        assert_msg(&e, &format!("threads must be in 1..=1024, got {n}"));
+    }
+    assert_eq!(
+        Engine::cpu_with_threads(1).unwrap().describe(),
+        "cpu (1 threads)"
+    );
+}
+
+// -- Strided tensors: TensorExtent, OutputOverlap -------------------------------------------
+
+#[test]
+fn tensor_extent_and_output_overlap_of_strided_tensors() {
+    // B=2, Hq=4, Hkv=2, Sq=3, Skv=5, D=8 in [B, S, H, D]: q and out need 192, k and v 160.
+    let p = Problem::builder(small()).build().unwrap();
+    let ql = Layout::bshd(4, 3, 8);
+    let kl = Layout::bshd(2, 5, 8);
+    let (q, k, v) = (vec![0.5f32; 192], vec![0.25f32; 160], vec![1.0f32; 160]);
+    let run = |q: &[f32], k: &[f32], v: &[f32], ol: Layout, out_len: usize| {
+        let mut out = vec![f32::from_bits(SENTINEL); out_len];
+        let x = Qkv {
+            q: Tensor::new(q, ql),
+            k: Tensor::new(k, kl),
+            v: Tensor::new(v, kl),
+            mask: None,
+        };
+        let r = Engine::cpu().run_tensors(&p, &x, TensorMut::new(&mut out, ol));
+        if r.is_err() {
+            assert!(
+                out.iter().all(|x| x.to_bits() == SENTINEL),
+                "out written on error"
+            );
+        }
+        r
+    };
+    run(&q, &k, &v, ql, 192).expect("exact fit");
+    // A buffer larger than the extent is fine for a view; one element short is not.
+    run(&[q.clone(), vec![0.0; 9]].concat(), &k, &v, ql, 200).expect("larger buffers");
+    let e = run(&q, &k[..159], &v, ql, 192).unwrap_err();
+    assert_eq!(
+        e,
+        Error::TensorExtent {
+            tensor: TensorName::K,
+            needed: 160,
+            got: 159,
+            shape: "[2, 2, 5, 8]".into(),
+            layout: "strides (b 80, h 8, s 16, d 1) from offset 0".into()
+        }
+    );
+    assert_msg(
+        &e,
+        "k [2, 2, 5, 8] with strides (b 80, h 8, s 16, d 1) from offset 0 needs a buffer of at \
+         least 160 elements, got 159",
+    );
+    let e = run(&q, &k, &v, ql.with_offset(1), 192).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::TensorExtent {
+                tensor: TensorName::Out,
+                needed: 193,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Output rows that share elements (a row stride smaller than D): refused.
+    let overlap = Layout {
+        offset: 0,
+        batch_stride: 96,
+        head_stride: 24,
+        seq_stride: 4,
+    };
+    let e = run(&q, &k, &v, overlap, 192).unwrap_err();
+    assert_eq!(
+        e,
+        Error::OutputOverlap {
+            layout: "strides (b 96, h 24, s 4, d 1) from offset 0".into()
+        }
+    );
+    assert_msg(
+        &e,
+        "out's rows overlap (strides (b 96, h 24, s 4, d 1) from offset 0): every output row \
+         must have its own head_dim elements",
+    );
+    // Input rows may repeat (a stride of 0 reads the same K/V for both batch elements).
+    let shared = Layout {
+        batch_stride: 0,
+        ..kl
+    };
+    let (k1, v1) = (&k[..80], &v[..80]);
+    let mut out = vec![0f32; 192];
+    let x = Qkv {
+        q: Tensor::new(&q, ql),
+        k: Tensor::new(k1, shared),
+        v: Tensor::new(v1, shared),
+        mask: None,
+    };
+    Engine::cpu()
+        .run_tensors(&p, &x, TensorMut::new(&mut out, ql))
+        .expect("broadcast inputs are fine");
 }
 
 // -- Variants that need a GPU, or that no path constructs yet: message format only -----------
@@ -630,6 +747,23 @@ fn messages_of_variants_not_reachable_without_a_gpu() {
             },
             "the tensorcore path takes f16, bf16 inputs, got f32",
         ),
+        (
+            Error::Misaligned {
+                path: Path::TensorCore,
+                tensor: TensorName::Q,
+                need: "a 16-byte aligned address",
+                what: "0x7f02".into(),
+            },
+            "the tensorcore path needs q aligned to a 16-byte aligned address: 0x7f02",
+        ),
+        (
+            Error::DeviceMemory {
+                ordinal: 0,
+                needed: 200,
+                free: 100,
+            },
+            "not enough GPU memory on cuda:0: this call needs 200 bytes, 100 are free",
+        ),
     ];
     for (e, want) in cases {
         assert_msg(&e, want);
@@ -660,6 +794,22 @@ const COVERAGE: &[(&str, &str)] = &[
     ("KvLenOutOfRange", "kv_len_out_of_range"),
     ("SizeOverflow", "size_overflow_of_each_tensor"),
     ("TensorLength", "tensor_length_of_each_tensor"),
+    (
+        "TensorExtent",
+        "tensor_extent_and_output_overlap_of_strided_tensors",
+    ),
+    (
+        "OutputOverlap",
+        "tensor_extent_and_output_overlap_of_strided_tensors",
+    ),
+    (
+        "Misaligned",
+        "messages_of_variants_not_reachable_without_a_gpu (GPU; tests/cuda_tensorcore.rs)",
+    ),
+    (
+        "DeviceMemory",
+        "messages_of_variants_not_reachable_without_a_gpu (GPU; tests/cuda_reliability.rs)",
+    ),
     ("MaskPresence", "mask_presence_both_ways"),
     ("NonFinite", "nonfinite_names_the_tensor_in_each_dtype"),
     (

@@ -1,7 +1,12 @@
 //! The tile loop of numerics.md §3–§5 for a block of query rows of one (batch, head).
 //!
+//! The CPU's launch edge: the one place outside `cuda::launch` and `cuda::entry` with `unsafe`,
+//! the call of the instruction-set variants compiled with `#[target_feature]`, each after the
+//! feature was detected at run time.
+//!
 //! Structure mirrors `kernels/exact.cu`: prepare the query rows (§2), then per tile: scores (§3),
 //! the online-softmax update (§4), and at the end the division (§5) and the rounding (§7).
+#![allow(unsafe_code)]
 
 use super::prepare::PreparedKv;
 use crate::dtype::Element;
@@ -303,7 +308,7 @@ mod tests {
                 .build()
                 .expect("valid problem");
             let x = generate::<f32>(&p, GenOptions::seed(seed as u64));
-            let kv = PreparedKv::new(&x.k, &x.v, skv, d);
+            let kv = PreparedKv::new(|j| &x.k[j * d..][..d], |j| &x.v[j * d..][..d], skv, d);
             let item = Item {
                 problem: &p,
                 b: 0,

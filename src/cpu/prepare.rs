@@ -17,7 +17,13 @@ pub(crate) struct PreparedKv {
 }
 
 impl PreparedKv {
-    pub fn new<T: Element>(k: &[T], v: &[T], kv_len: usize, d: usize) -> Self {
+    /// From the K and V rows `0..kv_len` (each of `d` elements), wherever they lie.
+    pub fn new<'a, T: Element>(
+        k: impl Fn(usize) -> &'a [T],
+        v: impl Fn(usize) -> &'a [T],
+        kv_len: usize,
+        d: usize,
+    ) -> Self {
         let tiles = kv_len.div_ceil(TILE);
         let padded = tiles * TILE;
         let mut kt = vec![0.0f32; padded * d];
@@ -26,7 +32,7 @@ impl PreparedKv {
         let mut bad = vec![0u32; padded];
         let mut row = vec![0.0f32; d];
         for j in 0..kv_len {
-            for (x, y) in row.iter_mut().zip(&k[j * d..(j + 1) * d]) {
+            for (x, y) in row.iter_mut().zip(k(j)) {
                 *x = y.to_f32();
             }
             let (shift, kbad) = prepare_row(&mut row, true);
@@ -36,7 +42,7 @@ impl PreparedKv {
                 kt[(t * d + dd) * TILE + jj] = *x;
             }
             let vrow = &mut vv[j * d..(j + 1) * d];
-            for (x, y) in vrow.iter_mut().zip(&v[j * d..(j + 1) * d]) {
+            for (x, y) in vrow.iter_mut().zip(v(j)) {
                 *x = y.to_f32();
             }
             let (_, vbad) = prepare_row(vrow, false);

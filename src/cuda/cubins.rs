@@ -26,8 +26,9 @@ pub const TEST_CUBIN_DIR_ENV: &str = "DETATTN_TEST_CUBIN_DIR";
 /// `false` in every default build.
 pub const OVERRIDE_CAPABLE: bool = cfg!(feature = "test-override");
 
-/// Architectures we ship, in order.
-pub const ARCHS: [&str; 4] = ["sm_80", "sm_86", "sm_89", "sm_90"];
+/// Architectures we ship cubins for, in order (exact matches only: a cubin for sm_80 is not run on
+/// an sm_87 device; such a GPU gets [`Error::UnsupportedGpu`] naming this list).
+pub const ARCHS: [&str; 6] = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"];
 
 const SUMS: &str = include_str!("../../kernels/cubin/SHA256SUMS");
 
@@ -37,15 +38,19 @@ macro_rules! cubins {
     };
 }
 
-static EMBEDDED: [(&str, &[u8]); 8] = cubins![
+static EMBEDDED: [(&str, &[u8]); 12] = cubins![
     "exact.sm_80.cubin",
     "exact.sm_86.cubin",
     "exact.sm_89.cubin",
     "exact.sm_90.cubin",
+    "exact.sm_100.cubin",
+    "exact.sm_120.cubin",
     "tensorcore.sm_80.cubin",
     "tensorcore.sm_86.cubin",
     "tensorcore.sm_89.cubin",
     "tensorcore.sm_90.cubin",
+    "tensorcore.sm_100.cubin",
+    "tensorcore.sm_120.cubin",
 ];
 
 /// A verified cubin, ready for the driver.
@@ -53,8 +58,6 @@ static EMBEDDED: [(&str, &[u8]); 8] = cubins![
 pub(crate) struct Cubin {
     /// The bytes (borrowed from the binary when embedded).
     pub bytes: Cow<'static, [u8]>,
-    /// `exact.sm_90.cubin`.
-    pub file: String,
     /// Where it came from: `embedded`, or `DIR/FILE (test override)`.
     pub source: String,
 }
@@ -110,7 +113,6 @@ pub(crate) fn load(stem: &str, arch: &str) -> Result<Cubin> {
     verify(&file, bytes, SUMS)?;
     Ok(Cubin {
         bytes: Cow::Borrowed(bytes),
-        file,
         source: "embedded".into(),
     })
 }
@@ -136,7 +138,6 @@ mod test_override {
         verify(file, &bytes, &sums)?;
         Ok(Cubin {
             bytes: Cow::Owned(bytes),
-            file: file.to_string(),
             source: format!("{} (test override)", dir.join(file).display()),
         })
     }
@@ -224,6 +225,9 @@ mod tests {
         assert_eq!(arch_of(9, 0), Some("sm_90"));
         assert_eq!(arch_of(8, 6), Some("sm_86"));
         assert_eq!(arch_of(7, 5), None);
+        assert_eq!(arch_of(10, 0), Some("sm_100"));
+        assert_eq!(arch_of(12, 0), Some("sm_120"));
+        assert_eq!(arch_of(12, 1), None);
         assert_eq!(arch_of(11, 0), None);
     }
 
@@ -235,7 +239,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("detattn-cubin-override-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (file, bytes) = EMBEDDED[7];
+        let (file, bytes) = EMBEDDED[9];
         std::fs::write(dir.join(file), bytes).unwrap();
         std::fs::write(
             dir.join("SHA256SUMS"),

@@ -1,54 +1,16 @@
-//! The FFI edge: the only module of the CUDA backend with `unsafe`. It loads a verified cubin into
-//! a module, looks up the kernels, and launches them with the one by-value parameter struct that
-//! `kernels/exact.cu` declares. Everything above this module is safe Rust.
+//! The FFI edge: the one module of the CUDA backend that talks to the driver through raw handles.
+//! It loads a verified cubin into a module, looks its kernels up (with their parameter sizes, read
+//! from the driver), and submits launches. Everything above it builds [`Launch`] values — plain
+//! data, safe to make — and hands them to [`submit`], the one `unsafe fn` whose contract says what
+//! the caller must have checked.
+#![allow(unsafe_code)]
 
 use super::drv;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaStream, result};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
-
-/// The kernel ABI, field for field the `Params` struct of `kernels/exact.cu` (pointers are device
-/// addresses, 8 bytes; then 32-bit scalars). Change both together.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Params {
-    pub q: u64,
-    pub k: u64,
-    pub v: u64,
-    pub mask: u64,
-    pub out: u64,
-    pub kv_lens: u64,
-    pub qp: u64,
-    pub kp: u64,
-    pub vp: u64,
-    pub sq: u64,
-    pub sk: u64,
-    pub badq: u64,
-    pub badk: u64,
-    pub badv: u64,
-    pub flags: u64,
-    pub acc: u64,
-    pub b: i32,
-    pub hq: i32,
-    pub hkv: i32,
-    pub sq_len: i32,
-    pub skv: i32,
-    pub d: i32,
-    pub dp: i32,
-    pub skv_pad: i32,
-    pub causal: i32,
-    pub has_mask: i32,
-    pub mask_per_batch: i32,
-    pub mask_per_head: i32,
-    pub propagate: i32,
-    pub scale: f32,
-    pub prep_head0: i32,
-    pub prep_job0: i32,
-    pub group: i32,
-    pub bh0: i32,
-}
 
 /// Whether `libcuda` can be loaded at all. cudarc panics on first use without it, so this is
 /// asked before anything else.
@@ -66,118 +28,6 @@ pub(crate) fn driver_version() -> Result<i32> {
         .result()
         .map_err(drv("cuDriverGetVersion"))?;
     Ok(v)
-}
-
-/// A loaded cubin and the kernels looked up in it. Unloaded on drop.
-#[derive(Debug)]
-pub(crate) struct Module {
-    ctx: Arc<CudaContext>,
-    module: sys::CUmodule,
-}
-
-// SAFETY: a CUmodule handle may be used from any thread once its context is bound there; every
-// use below binds the context first.
-unsafe impl Send for Module {}
-// SAFETY: as above; the handle is never mutated after loading.
-unsafe impl Sync for Module {}
-
-/// One kernel of a [`Module`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Kernel {
-    func: sys::CUfunction,
-}
-// SAFETY: a CUfunction is an immutable handle owned by its module, which outlives every Kernel
-// (both live in the backend).
-unsafe impl Send for Kernel {}
-// SAFETY: as above.
-unsafe impl Sync for Kernel {}
-
-impl Module {
-    /// Load `cubin` (already checked against its manifest hash) into `ctx`.
-    pub(crate) fn load(ctx: &Arc<CudaContext>, cubin: &[u8]) -> Result<Module> {
-        ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
-        // The driver reads the image as an ELF file: give it 8-byte alignment.
-        let mut image = vec![0u64; cubin.len().div_ceil(8)];
-        // SAFETY: `image` holds at least `cubin.len()` bytes; plain byte copy.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                cubin.as_ptr(),
-                image.as_mut_ptr().cast::<u8>(),
-                cubin.len(),
-            )
-        };
-        // SAFETY: `image` is a complete cubin; the driver copies what it needs before returning.
-        let module = unsafe { result::module::load_data(image.as_ptr().cast::<c_void>()) }
-            .map_err(drv("cuModuleLoadData"))?;
-        Ok(Module {
-            ctx: ctx.clone(),
-            module,
-        })
-    }
-
-    /// Look up kernel `name` and allow it `smem` bytes of dynamic shared memory.
-    pub(crate) fn kernel(&self, name: &str, smem: u32) -> Result<Kernel> {
-        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
-        let cname = CString::new(name).expect("kernel names have no NUL");
-        // SAFETY: the module is loaded and not unloaded before `self` drops.
-        let func = unsafe { result::module::get_function(self.module, cname) }
-            .map_err(drv("cuModuleGetFunction"))?;
-        if smem > 48 * 1024 {
-            // SAFETY: `func` is a valid function of a loaded module.
-            unsafe {
-                result::function::set_function_attribute(
-                    func,
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    smem as i32,
-                )
-            }
-            .map_err(drv("cuFuncSetAttribute"))?;
-        }
-        Ok(Kernel { func })
-    }
-}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: loaded in `load`, unloaded exactly once here.
-        let _ = unsafe { result::module::unload(self.module) };
-    }
-}
-
-/// Launch `kernel` on `stream` with `params` (asynchronous).
-///
-/// The caller guarantees that every device address in `params` points to a live allocation of
-/// the size the kernel reads or writes for this problem (src/cuda/backend.rs sizes them all from
-/// the validated problem) and keeps those allocations alive until the stream has run the kernel.
-pub(crate) fn launch(
-    stream: &CudaStream,
-    kernel: Kernel,
-    grid: (u32, u32, u32),
-    block: u32,
-    smem: u32,
-    params: &Params,
-) -> Result<()> {
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(drv("cuCtxSetCurrent"))?;
-    let mut p = *params;
-    let mut args = [(&mut p as *mut Params).cast::<c_void>()];
-    // SAFETY: the kernel takes exactly one parameter, a `Params` by value, whose layout this
-    // struct mirrors; the driver copies it at launch. The addresses inside are valid as the
-    // caller guarantees (above).
-    unsafe {
-        result::launch_kernel(
-            kernel.func,
-            grid,
-            (block, 1, 1),
-            smem,
-            stream.cu_stream(),
-            &mut args,
-        )
-    }
-    .map_err(drv("cuLaunchKernel"))
 }
 
 /// `(ordinal, name, major, minor)` of every GPU, after `driver_version()` succeeded.
@@ -198,43 +48,114 @@ pub(crate) fn devices() -> Result<Vec<(usize, String, i32, i32)>> {
     Ok(out)
 }
 
-// ------------------------------------------------------------------ the TensorCore kernels (issue 5)
-
-/// The arguments of every `tc_fwd_*` / `tc_dec_*` kernel of `kernels/tensorcore.cu`, in the order
-/// and with the types of its ABI comment: device addresses as 8 bytes, then `int`s, the `float`
-/// scale, the mask address and its three `long long` strides. Change both together.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct TcArgs {
-    pub q: u64,
-    pub k: u64,
-    pub v: u64,
-    pub o: u64,
-    /// `int[B]` key lengths, or 0 (NULL: every batch element uses `skv`).
-    pub kv_lens: u64,
-    pub b: i32,
-    pub hq: i32,
-    pub hkv: i32,
-    pub sq: i32,
-    pub skv: i32,
-    pub scale: f32,
-    /// One byte per entry, or 0 (NULL: no mask).
-    pub mask: u64,
-    pub msb: i64,
-    pub msh: i64,
-    pub msq: i64,
+/// Free and total device memory of `ctx`'s device, in bytes.
+pub(crate) fn memory(ctx: &CudaContext) -> Result<(u64, u64)> {
+    ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+    let (free, total) = result::mem_get_info().map_err(drv("cuMemGetInfo"))?;
+    Ok((free as u64, total as u64))
 }
 
+/// A loaded cubin. Unloaded when the last [`Kernel`] of it and the module itself are gone: every
+/// kernel holds the module, so no kernel handle can outlive the code it points into.
+#[derive(Debug)]
+struct Loaded {
+    ctx: Arc<CudaContext>,
+    module: sys::CUmodule,
+}
+
+// SAFETY: a CUmodule handle may be used from any thread once its context is bound there; every
+// use below binds the context first, and the handle is never mutated after loading.
+unsafe impl Send for Loaded {}
+// SAFETY: as above.
+unsafe impl Sync for Loaded {}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: loaded in `Module::load`, unloaded exactly once here, after every Kernel (each
+        // holds an Arc of this) is gone.
+        let _ = unsafe { result::module::unload(self.module) };
+    }
+}
+
+/// A loaded, verified cubin.
+#[derive(Clone, Debug)]
+pub(crate) struct Module(Arc<Loaded>);
+
+/// One kernel of a [`Module`], with the sizes of its parameters as the driver reports them.
+#[derive(Clone, Debug)]
+pub(crate) struct Kernel {
+    func: sys::CUfunction,
+    name: Arc<str>,
+    /// Bytes of each parameter, in order (`None` on a driver older than 12.4, which cannot say).
+    params: Option<Arc<[usize]>>,
+    _module: Arc<Loaded>,
+}
+// SAFETY: a CUfunction is an immutable handle owned by its module, which this Kernel keeps alive.
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
+
 impl Module {
-    /// Read `N` 32-bit integers from the `__constant__` array `name` of this module (the
-    /// TensorCore cubin exports its launch configuration this way). Synchronous.
+    /// Load `cubin` (already checked against its recorded hash) into `ctx`.
+    pub(crate) fn load(ctx: &Arc<CudaContext>, cubin: &[u8]) -> Result<Module> {
+        ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        // The driver reads the image as an ELF file: give it 8-byte alignment.
+        let mut image = vec![0u64; cubin.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut image)[..cubin.len()].copy_from_slice(cubin);
+        // SAFETY: `image` is a complete cubin; the driver copies what it needs before returning.
+        let module = unsafe { result::module::load_data(image.as_ptr().cast::<c_void>()) }
+            .map_err(drv("cuModuleLoadData"))?;
+        Ok(Module(Arc::new(Loaded {
+            ctx: ctx.clone(),
+            module,
+        })))
+    }
+
+    /// Look up kernel `name` and allow it `smem` bytes of dynamic shared memory.
+    pub(crate) fn kernel(&self, name: &str, smem: u32) -> Result<Kernel> {
+        let m = &self.0;
+        m.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        let cname = CString::new(name).map_err(|_| Error::Cuda {
+            op: "cuModuleGetFunction",
+            message: format!("kernel name {name:?} holds a NUL"),
+        })?;
+        // SAFETY: the module is loaded and stays loaded while `m` lives.
+        let func = unsafe { result::module::get_function(m.module, cname) }
+            .map_err(drv("cuModuleGetFunction"))?;
+        if smem > 48 * 1024 {
+            // SAFETY: `func` is a valid function of a loaded module.
+            unsafe {
+                result::function::set_function_attribute(
+                    func,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+            }
+            .map_err(drv("cuFuncSetAttribute"))?;
+        }
+        Ok(Kernel {
+            func,
+            name: name.into(),
+            params: param_sizes(func)?,
+            _module: m.clone(),
+        })
+    }
+
+    /// Read `N` 32-bit integers from the `__constant__` array `name` of this module (the cubins
+    /// export their launch configurations this way). Synchronous.
     pub(crate) fn constant_i32<const N: usize>(&self, name: &str) -> Result<[i32; N]> {
-        self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
-        let cname = CString::new(name).expect("symbol names have no NUL");
-        // SAFETY: the module is loaded and not unloaded before `self` drops.
-        let (ptr, bytes) = unsafe { result::module::get_global(self.module, cname) }
+        let m = &self.0;
+        m.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+        let cname = CString::new(name).map_err(|_| Error::Cuda {
+            op: "cuModuleGetGlobal",
+            message: format!("symbol name {name:?} holds a NUL"),
+        })?;
+        // SAFETY: the module is loaded and stays loaded while `m` lives.
+        let (ptr, bytes) = unsafe { result::module::get_global(m.module, cname) }
             .map_err(drv("cuModuleGetGlobal"))?;
         if bytes != N * 4 {
-            return Err(crate::error::Error::Cuda {
+            return Err(Error::Cuda {
                 op: "cuModuleGetGlobal",
                 message: format!("{name} holds {bytes} bytes, expected {}", N * 4),
             });
@@ -247,128 +168,107 @@ impl Module {
     }
 }
 
-/// Launch a TensorCore kernel on `stream` with `a` (asynchronous).
-///
-/// The caller (src/cuda/tensorcore.rs) guarantees that `q`, `k`, `v`, `o` are live, 16-byte
-/// aligned device allocations of `[B, Hq|Hkv, Sq|Skv, D]` elements of the kernel's dtype and head
-/// dim, `kv_lens` (if not 0) holds `B` ints in `[0, Skv]`, `mask` (if not 0) covers every
-/// `b·msb + h·msh + i·msq + j` the shape reaches, that all of them stay alive until the stream
-/// has run the kernel, and that `grid`, `block`, `smem` are the cubin's own configuration.
-pub(crate) fn launch_tc(
-    stream: &CudaStream,
-    kernel: Kernel,
-    grid: (u32, u32, u32),
-    block: u32,
-    smem: u32,
-    a: &TcArgs,
-) -> Result<()> {
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(drv("cuCtxSetCurrent"))?;
-    let mut a = *a;
-    let mut args: [*mut c_void; 15] = [
-        (&mut a.q as *mut u64).cast(),
-        (&mut a.k as *mut u64).cast(),
-        (&mut a.v as *mut u64).cast(),
-        (&mut a.o as *mut u64).cast(),
-        (&mut a.kv_lens as *mut u64).cast(),
-        (&mut a.b as *mut i32).cast(),
-        (&mut a.hq as *mut i32).cast(),
-        (&mut a.hkv as *mut i32).cast(),
-        (&mut a.sq as *mut i32).cast(),
-        (&mut a.skv as *mut i32).cast(),
-        (&mut a.scale as *mut f32).cast(),
-        (&mut a.mask as *mut u64).cast(),
-        (&mut a.msb as *mut i64).cast(),
-        (&mut a.msh as *mut i64).cast(),
-        (&mut a.msq as *mut i64).cast(),
-    ];
-    // SAFETY: the kernel takes exactly these 15 parameters with these sizes (kernels/tensorcore.cu
-    // ABI: 5 pointers, 5 ints, a float, a pointer, 3 long longs); each entry points to a live
-    // local of that size, which the driver copies at launch. The device addresses inside are
-    // valid as the caller guarantees (above).
-    unsafe {
-        result::launch_kernel(
-            kernel.func,
-            grid,
-            (block, 1, 1),
-            smem,
-            stream.cu_stream(),
-            &mut args,
-        )
+/// The byte size of each parameter of `func`, or `None` where the driver cannot tell (before
+/// CUDA 12.4, whose drivers lack `cuFuncGetParamInfo`; cudarc would panic on the missing symbol).
+fn param_sizes(func: sys::CUfunction) -> Result<Option<Arc<[usize]>>> {
+    if driver_version()? < 12040 {
+        return Ok(None);
     }
-    .map_err(drv("cuLaunchKernel"))
+    let mut sizes = Vec::new();
+    loop {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `func` is a valid function; the out-pointers are valid locals. An index past the
+        // last parameter returns CUDA_ERROR_INVALID_VALUE, which ends the loop.
+        let r = unsafe { sys::cuFuncGetParamInfo(func, sizes.len(), &mut offset, &mut size) };
+        if r != sys::CUresult::CUDA_SUCCESS || sizes.len() > 256 {
+            break;
+        }
+        sizes.push(size);
+    }
+    Ok(Some(sizes.into()))
 }
 
-// --------------------------------------------------- the TensorCore path's non-finite policy kernels
-
-/// The one by-value parameter of the `tc_sanitize_*`, `tc_first_bad`, `tc_poison_*` and
-/// `tc_any_flag` kernels: field for field the `TcPolicy` struct of `kernels/tensorcore.cu`
-/// (11 device addresses, 5 `long long`s, 8 `int`s: 160 bytes). Change both together, and the
-/// byte ranges of their `audit/rules.toml` entries.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct TcPolicy {
-    pub src: u64,
-    pub dst: u64,
-    pub flags: u64,
-    pub badq: u64,
-    pub badk: u64,
-    pub badv: u64,
-    pub firstbad: u64,
-    pub out: u64,
-    pub mask: u64,
-    pub kv_lens: u64,
-    pub words: u64,
-    pub rows: i64,
-    pub rows_kv: i64,
-    pub msb: i64,
-    pub msh: i64,
-    pub msq: i64,
-    pub d: i32,
-    pub b: i32,
-    pub hq: i32,
-    pub hkv: i32,
-    pub sq: i32,
-    pub skv: i32,
-    pub causal: i32,
-    pub pad: i32,
+/// One kernel launch, as data: the kernel, its grid and block, dynamic shared memory, and the
+/// bytes of each of its parameters in order (one entry for a kernel that takes one struct).
+#[derive(Clone, Debug)]
+pub(crate) struct Launch {
+    pub kernel: Kernel,
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    pub smem: u32,
+    pub params: Vec<Vec<u8>>,
 }
 
-const _: () = assert!(std::mem::size_of::<TcPolicy>() == 160);
+/// A stream to submit to: its raw handle and the context it belongs to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawStream {
+    pub(crate) handle: sys::CUstream,
+}
 
-/// Launch a policy kernel on `stream` with `p` (asynchronous).
-///
-/// The caller (src/cuda/tensorcore.rs) guarantees that every non-zero address in `p` is a live
-/// device allocation of the size the kernel reaches for this shape (the kernel comments in
-/// `kernels/tensorcore.cu`), that they stay alive until the stream has run the kernel, and that
-/// `grid` and `block` are the launch shapes written there.
-pub(crate) fn launch_policy(
-    stream: &CudaStream,
-    kernel: Kernel,
-    grid: (u32, u32, u32),
-    block: u32,
-    p: &TcPolicy,
-) -> Result<()> {
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(drv("cuCtxSetCurrent"))?;
-    let mut p = *p;
-    let mut args = [(&mut p as *mut TcPolicy).cast::<c_void>()];
-    // SAFETY: the kernel takes exactly one parameter, a `TcPolicy` by value, whose layout this
-    // struct mirrors (160 bytes, checked above); the driver copies it at launch. The addresses
-    // inside are valid as the caller guarantees (above).
-    unsafe {
-        result::launch_kernel(
-            kernel.func,
-            grid,
-            (block, 1, 1),
-            0,
-            stream.cu_stream(),
-            &mut args,
-        )
+impl RawStream {
+    /// The handle of a cudarc stream.
+    pub(crate) fn of(s: &CudaStream) -> RawStream {
+        RawStream {
+            handle: s.cu_stream(),
+        }
     }
-    .map_err(drv("cuLaunchKernel"))
+}
+
+/// Enqueue `launches` on `stream`, in order (asynchronous). Before any launch, each one's
+/// parameter bytes are checked against the sizes the driver reports for its kernel: an ABI
+/// mismatch between the host and a cubin is an [`Error::Cuda`], never a launch.
+///
+/// # Safety
+///
+/// The caller guarantees that
+/// - `stream` is a live stream of `ctx`, the context every launch's kernel was loaded into;
+/// - every device address inside the launches' parameters points to a live allocation of that
+///   context, at least as large as what the kernel reads or writes for the problem it was planned
+///   for (the tensors checked by `tensor::check_call`, the scratch buffers sized by the path's
+///   plan), and stays alive until the stream has run the launches;
+/// - the grid, block and shared-memory sizes are the kernel's own configuration;
+/// - no launch writes memory that another concurrent user reads or writes.
+pub(crate) unsafe fn submit(
+    ctx: &CudaContext,
+    stream: RawStream,
+    launches: &[Launch],
+) -> Result<()> {
+    ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+    for l in launches {
+        if let Some(sizes) = &l.kernel.params {
+            let given: Vec<usize> = l.params.iter().map(Vec::len).collect();
+            if given.as_slice() != &sizes[..] {
+                return Err(Error::Cuda {
+                    op: "launch",
+                    message: format!(
+                        "{}: the host passes parameters of {given:?} bytes, the cubin takes {:?}",
+                        l.kernel.name, sizes
+                    ),
+                });
+            }
+        }
+    }
+    for l in launches {
+        let mut args: Vec<*mut c_void> = l
+            .params
+            .iter()
+            .map(|p| p.as_ptr().cast::<c_void>().cast_mut())
+            .collect();
+        // SAFETY: each entry of `args` points to the bytes of one parameter, of the size the
+        // kernel takes (checked above where the driver can tell); the driver copies them at
+        // launch. The device addresses inside, the stream and the launch shape are valid as the
+        // caller guarantees (above).
+        unsafe {
+            result::launch_kernel(
+                l.kernel.func,
+                l.grid,
+                (l.block, 1, 1),
+                l.smem,
+                stream.handle,
+                &mut args,
+            )
+        }
+        .map_err(drv("cuLaunchKernel"))?;
+    }
+    Ok(())
 }

@@ -1,32 +1,42 @@
 //! The `TensorCore` path on a GPU: the kernels of `kernels/tensorcore.cu` (design, operation
-//! sequence and measured figures: docs/tensorcore.md), their validation and launch sequence.
+//! sequence and measured figures: docs/tensorcore.md).
 //!
-//! What it promises: f16/bf16 inputs, head_dim 64, 128 or 256, causal (bottom-right), per-batch
-//! key lengths, GQA/MQA, a boolean mask; on one GPU architecture the output bits of a row depend
-//! only on that row's own data (not on the run, the batch around it, decode or prefill, the other
-//! query rows computed with it, or the stream). What it does not: the bits are not the CPU's nor
+//! What it promises: f16/bf16 inputs, head_dim 64, 128 or 256, causal (either alignment),
+//! per-batch key lengths, GQA/MQA, a boolean mask, any layout whose offsets and strides are
+//! multiples of 8 elements; on one GPU architecture the output bits of a row depend only on that
+//! row's own data (not on the run, the batch around it, decode or prefill, the other query rows
+//! computed with it, the layout or the stream). What it does not: the bits are not the CPU's nor
 //! the `Exact` path's (the error against `Exact` is bounded, docs/tensorcore.md), and they may
 //! differ between architectures (golden digests are recorded per architecture).
+//!
+//! A call is one attention launch, with the policy kernels around it where the `NonFinitePolicy`
+//! needs them (docs/tensorcore.md, "Non-finite inputs"): `Check` is the flag scan of q, k, v and
+//! their reduction to three words; under `Propagate`, `Compute` makes sanitised contiguous copies
+//! with per-row flags, finds the first bad key per kv head (no mask), runs the kernel on the
+//! copies and writes the canonical NaN over exactly the affected rows. Every launch is the same
+//! whatever the values: only the policy and the shape choose them.
 
-use super::guards::Guards;
-use super::launch::{self, Kernel, Module, TcArgs, TcPolicy};
-use super::{BenchResult, cubins, drv, timing};
-use crate::digest::{Digest, digest};
-use crate::dtype::{DType, Element};
-use crate::engine::{Engine, Path};
-use crate::error::{Error, Result};
-use crate::golden::GoldenCase;
-use crate::inputs::generate;
-use crate::problem::{NonFinitePolicy, Problem};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr};
-use half::{bf16, f16};
-use std::sync::Arc;
+use super::launch::{Kernel, Launch, Module};
+use super::path::{DevTensor, GpuPath, Io, Step};
+use crate::dtype::DType;
+use crate::error::{Error, Result, TensorName};
+use crate::path::Path;
+use crate::problem::{CausalAlign, NonFinitePolicy, Problem};
+use crate::tensor::Operands;
+use bytemuck::{Pod, Zeroable};
 
 /// The head dims the `TensorCore` kernels are built for.
 pub const TENSORCORE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 const HEAD_DIMS_TEXT: &str = "64, 128, 256";
 /// Largest batch and query-head count: the grid's z and y dimensions.
 const MAX_GRID_YZ: usize = 65535;
+/// Threads per block of the sanitize, first-bad and poison kernels; of the flag reduction.
+const POLICY_THREADS: u32 = 256;
+const ANY_THREADS: u32 = 1024;
+/// Output rows per poison block (one warp each).
+const POISON_ROWS: usize = POLICY_THREADS as usize / 32;
+/// Elements of one 16-byte chunk, the unit the kernels copy.
+const CHUNK: usize = 8;
 
 /// A kernel family's launch configuration, read from the cubin (`tc_cfg_d<D>`, `tc_cfg_dec_d<D>`).
 #[derive(Clone, Copy, Debug)]
@@ -37,9 +47,14 @@ struct Cfg {
     smem: u32,
 }
 
-/// The non-finite policy kernels of the cubin (`kernels/tensorcore.cu`, end of file).
+/// The loaded `TensorCore` kernels of one device.
 #[derive(Debug)]
-struct PolicyKernels {
+pub(crate) struct TensorCore {
+    /// `[dtype: f16, bf16][head dim: 64, 128, 256][causal: no, yes]`.
+    fwd: [[[Kernel; 2]; 3]; 2],
+    dec: [[[Kernel; 2]; 3]; 2],
+    cfg_fwd: [Cfg; 3],
+    cfg_dec: [Cfg; 3],
     /// `[dtype: f16, bf16]`.
     sanitize: [Kernel; 2],
     poison: [Kernel; 2],
@@ -47,51 +62,131 @@ struct PolicyKernels {
     any_flag: Kernel,
 }
 
-/// The loaded `TensorCore` cubin of one device.
-#[derive(Debug)]
-pub(crate) struct Tc {
-    /// `[dtype: f16, bf16][head dim: 64, 128, 256][causal: no, yes]`.
-    fwd: [[[Kernel; 2]; 3]; 2],
-    dec: [[[Kernel; 2]; 3]; 2],
-    cfg_fwd: [Cfg; 3],
-    cfg_dec: [Cfg; 3],
-    policy: PolicyKernels,
-    file: String,
-    // Declared last: dropped after the kernel handles that point into it.
-    _module: Module,
-}
-
 /// Which kernel a problem runs, from its shape alone.
 #[derive(Clone, Copy, Debug)]
-struct Choice {
+pub(crate) struct Plan {
     dt: usize,
     di: usize,
     decode: bool,
 }
 
-/// The GPU work of one call around the attention kernel (docs/tensorcore.md, "Non-finite
-/// inputs"). Every variant enqueues the same launches whatever the values: only the policy and
-/// the shape choose it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Work {
-    /// The attention kernel alone (`Reject`, the inputs already checked on the host).
-    Kernel,
-    /// `Reject` on the device, first half: the flag scan of Q, K, V and their reduction to three
-    /// words, which the host then reads to decide once.
-    Scan,
-    /// The scan and then the kernel, without the host's decision in between (timing: the same
-    /// work whatever the values).
-    ScanKernel,
-    /// `Propagate`: sanitised copies and per-row flags, the first bad key per kv head (no mask),
-    /// the kernel on the copies, then the canonical NaN over exactly the affected rows.
-    Propagate,
+/// The attention kernels' parameters, in order (kernels/tensorcore.cu, `TcArgs`; the kernels take
+/// them one by one). Change both together, and the `tc*_*` entry of audit/rules.toml.
+#[derive(Clone, Copy, Debug, Default)]
+struct TcArgs {
+    q: u64,
+    k: u64,
+    v: u64,
+    o: u64,
+    kv_lens: u64,
+    mask: u64,
+    q_bs: i64,
+    q_hs: i64,
+    k_bs: i64,
+    k_hs: i64,
+    v_bs: i64,
+    v_hs: i64,
+    o_bs: i64,
+    o_hs: i64,
+    msb: i64,
+    msh: i64,
+    msq: i64,
+    q_ss: i32,
+    k_ss: i32,
+    v_ss: i32,
+    o_ss: i32,
+    b: i32,
+    hq: i32,
+    hkv: i32,
+    sq: i32,
+    skv: i32,
+    scale: f32,
+    top_left: i32,
 }
 
-/// Threads per block of the sanitize, first-bad and poison kernels; of the flag reduction.
-const POLICY_THREADS: u32 = 256;
-const ANY_THREADS: u32 = 1024;
-/// Output rows per poison block (one warp each).
-const POISON_ROWS: usize = POLICY_THREADS as usize / 32;
+fn bytes<T: Pod>(x: &T) -> Vec<u8> {
+    bytemuck::bytes_of(x).to_vec()
+}
+
+impl TcArgs {
+    /// The bytes of each parameter, in the kernels' order.
+    fn params(&self) -> Vec<Vec<u8>> {
+        let a = self;
+        vec![
+            bytes(&a.q),
+            bytes(&a.k),
+            bytes(&a.v),
+            bytes(&a.o),
+            bytes(&a.kv_lens),
+            bytes(&a.mask),
+            bytes(&a.q_bs),
+            bytes(&a.q_hs),
+            bytes(&a.k_bs),
+            bytes(&a.k_hs),
+            bytes(&a.v_bs),
+            bytes(&a.v_hs),
+            bytes(&a.o_bs),
+            bytes(&a.o_hs),
+            bytes(&a.msb),
+            bytes(&a.msh),
+            bytes(&a.msq),
+            bytes(&a.q_ss),
+            bytes(&a.k_ss),
+            bytes(&a.v_ss),
+            bytes(&a.o_ss),
+            bytes(&a.b),
+            bytes(&a.hq),
+            bytes(&a.hkv),
+            bytes(&a.sq),
+            bytes(&a.skv),
+            bytes(&a.scale),
+            bytes(&a.top_left),
+        ]
+    }
+}
+
+/// The one by-value parameter of the `tc_sanitize_*`, `tc_first_bad`, `tc_poison_*` and
+/// `tc_any_flag` kernels: field for field the `TcPolicy` struct of kernels/tensorcore.cu (11
+/// device addresses, 11 `long long`s, 10 `int`s: 216 bytes). Change both together, and the byte
+/// ranges of their audit/rules.toml entries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+struct TcPolicy {
+    src: u64,
+    dst: u64,
+    flags: u64,
+    badq: u64,
+    badk: u64,
+    badv: u64,
+    firstbad: u64,
+    out: u64,
+    mask: u64,
+    kv_lens: u64,
+    words: u64,
+    rows: i64,
+    rows_kv: i64,
+    msb: i64,
+    msh: i64,
+    msq: i64,
+    s_bs: i64,
+    s_hs: i64,
+    s_ss: i64,
+    o_bs: i64,
+    o_hs: i64,
+    o_ss: i64,
+    d: i32,
+    b: i32,
+    hq: i32,
+    hkv: i32,
+    sq: i32,
+    skv: i32,
+    causal: i32,
+    top_left: i32,
+    s_heads: i32,
+    s_seq: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<TcPolicy>() == 216);
 
 fn dtype_index(dtype: DType) -> Result<usize> {
     match dtype {
@@ -112,18 +207,20 @@ fn too_large(what: &str) -> Error {
     }
 }
 
-/// Every check of the `TensorCore` path beyond the problem's own validation, before any work:
-/// element type, head dim, launch limits. Both NaN policies are taken.
-pub(crate) fn validate(p: &Problem, dtype: DType) -> Result<()> {
-    dtype_index(dtype)?;
+/// Every check of the `TensorCore` path beyond the problem's and the tensors' own validation,
+/// before any work, without a GPU: element type, head dim, launch limits, and (given the operands)
+/// the alignment of their layouts. For tools that report them on any machine.
+pub(crate) fn validate(p: &Problem, dtype: DType, ops: Option<&Operands>) -> Result<Plan> {
+    let dt = dtype_index(dtype)?;
     let s = p.shape();
-    if !TENSORCORE_HEAD_DIMS.contains(&s.head_dim) {
-        return Err(Error::HeadDimUnsupported {
+    let di = TENSORCORE_HEAD_DIMS
+        .iter()
+        .position(|&d| d == s.head_dim)
+        .ok_or(Error::HeadDimUnsupported {
             path: Path::TensorCore,
             head_dim: s.head_dim,
             supported: HEAD_DIMS_TEXT,
-        });
-    }
+        })?;
     for (name, value) in [("batch", s.batch), ("q_heads", s.q_heads)] {
         if value > MAX_GRID_YZ {
             return Err(Error::DimensionOutOfRange {
@@ -134,103 +231,55 @@ pub(crate) fn validate(p: &Problem, dtype: DType) -> Result<()> {
             });
         }
     }
-    // The kernels index heads as `int` (b·Hq + h) before widening.
-    if s.batch * s.q_heads > i32::MAX as usize {
+    // The kernels index heads as `int` (b·Hq + h), and the policy kernels rows as 32-bit.
+    let lim = i32::MAX as usize;
+    if s.batch * s.q_heads > lim {
         return Err(too_large("batch × q_heads"));
     }
-    // The sanitize kernels' grid: one thread per 16 bytes of Q, K or V (grid x ≤ 2^31 − 1).
-    let chunks = s.q_elems().max(s.kv_elems()) / 8;
-    if chunks.div_ceil(POLICY_THREADS as usize) > i32::MAX as usize {
-        return Err(too_large("the 16-byte chunks of q, k or v"));
+    let rows = (s.batch * s.q_heads * s.q_len).max(s.batch * s.kv_heads * s.kv_len);
+    if rows > lim || (rows * (s.head_dim / CHUNK)).div_ceil(POLICY_THREADS as usize) > lim {
+        return Err(too_large("the rows of q, k or v"));
     }
-    Ok(())
-}
-
-/// Device addresses of one call's tensors (the mask 0 when there is none).
-#[derive(Clone, Copy, Debug)]
-struct Io {
-    q: u64,
-    k: u64,
-    v: u64,
-    o: u64,
-    mask: u64,
-}
-
-/// Device scratch of one call: the key lengths, and for the policy work the per-row flags of Q,
-/// K and V back to back, the three decision words, the first bad key per kv head and the
-/// sanitised copies (`Propagate`). Allocated before anything is enqueued (outside any timing).
-struct Scratch {
-    kv_lens: Option<CudaSlice<i32>>,
-    /// `None` for [`Work::Kernel`]: that call allocates nothing but the key lengths.
-    policy: Option<PolicyScratch>,
-    copies: Option<[CudaSlice<u16>; 3]>,
-}
-
-struct PolicyScratch {
-    flags: CudaSlice<u32>,
-    words: CudaSlice<u32>,
-    first: CudaSlice<i32>,
-}
-
-impl Scratch {
-    fn new(st: &Arc<CudaStream>, p: &Problem, work: Work) -> Result<Scratch> {
-        let s = p.shape();
-        let rows_q = s.batch * s.q_heads * s.q_len;
-        let rows_kv = s.batch * s.kv_heads * s.kv_len;
-        let zu = |n: usize| st.alloc_zeros::<u32>(n).map_err(drv("cuMemAlloc"));
-        let policy = match work {
-            Work::Kernel => None,
-            _ => Some(PolicyScratch {
-                flags: zu(rows_q + 2 * rows_kv)?,
-                words: zu(3)?,
-                first: st
-                    .alloc_zeros::<i32>(s.batch * s.kv_heads)
-                    .map_err(drv("cuMemAlloc"))?,
-            }),
-        };
-        let copies = match work {
-            Work::Propagate => {
-                let z = |len: usize| st.alloc_zeros::<u16>(len).map_err(drv("cuMemAlloc"));
-                Some([z(s.q_elems())?, z(s.kv_elems())?, z(s.kv_elems())?])
+    if let Some(ops) = ops {
+        for (tensor, op) in [
+            (TensorName::Q, ops.q),
+            (TensorName::K, ops.k),
+            (TensorName::V, ops.v),
+            (TensorName::Out, ops.out),
+        ] {
+            let l = op.layout;
+            let bad = [l.offset, l.batch_stride, l.head_stride, l.seq_stride]
+                .iter()
+                .any(|x| x % CHUNK != 0);
+            if bad {
+                return Err(Error::Misaligned {
+                    path: Path::TensorCore,
+                    tensor,
+                    need: "offsets and strides that are multiples of 8 elements (16 bytes)",
+                    what: l.describe(),
+                });
             }
-            _ => None,
-        };
-        Ok(Scratch {
-            kv_lens: kv_lens_buffer(st, p)?,
-            policy,
-            copies,
-        })
+            if l.seq_stride > lim {
+                return Err(Error::Misaligned {
+                    path: Path::TensorCore,
+                    tensor,
+                    need: "a row stride below 2^31 elements",
+                    what: l.describe(),
+                });
+            }
+        }
     }
-
-    /// The three words of the device scan (Q, K, V: 1 if the tensor holds a NaN or ±inf), read
-    /// on `st` after the scan was enqueued (this waits), then one decision.
-    fn decide(&self, st: &Arc<CudaStream>) -> Result<()> {
-        let Some(ps) = &self.policy else {
-            return Ok(());
-        };
-        let words = st.clone_dtoh(&ps.words).map_err(drv("cuMemcpyDtoH"))?;
-        st.synchronize()
-            .map_err(drv("kernel execution (non-finite scan)"))?;
-        super::nonfinite_decision(&words)
-    }
+    Ok(Plan {
+        dt,
+        di,
+        decode: false,
+    })
 }
 
-/// Device addresses of the scratch buffers (0 where a buffer was not allocated).
-struct ScratchPtrs {
-    kv_lens: u64,
-    flags: u64,
-    words: u64,
-    first: u64,
-    copies: Option<[u64; 3]>,
-}
-
-impl Tc {
-    /// Load and verify `tensorcore.<arch>.cubin` into `ctx`, look up its 30 kernels and read
-    /// the attention kernels' launch configurations.
-    pub(crate) fn open(ctx: &Arc<CudaContext>, arch: &str) -> Result<Tc> {
-        let c = cubins::load("tensorcore", arch)?;
-        let module = Module::load(ctx, &c.bytes)?;
-        let file = c.file;
+impl TensorCore {
+    /// Look up the 30 kernels of `module` (24 attention, 6 policy) and read the attention
+    /// kernels' launch configurations.
+    pub(crate) fn open(module: &Module) -> Result<TensorCore> {
         let read = |name: &str| -> Result<Cfg> {
             let [bm, threads, smem, _bn] = module.constant_i32::<4>(name)?;
             Ok(Cfg {
@@ -264,74 +313,225 @@ impl Tc {
             };
             Ok([by_d("f16")?, by_d("bf16")?])
         };
-        let fwd = family("tc_fwd", &cfg_fwd)?;
-        let dec = family("tc_dec", &cfg_dec)?;
         let by_dt = |stem: &str| -> Result<[Kernel; 2]> {
             Ok([
                 module.kernel(&format!("{stem}_f16"), 0)?,
                 module.kernel(&format!("{stem}_bf16"), 0)?,
             ])
         };
-        let policy = PolicyKernels {
+        Ok(TensorCore {
+            fwd: family("tc_fwd", &cfg_fwd)?,
+            dec: family("tc_dec", &cfg_dec)?,
+            cfg_fwd,
+            cfg_dec,
             sanitize: by_dt("tc_sanitize")?,
             poison: by_dt("tc_poison")?,
             first_bad: module.kernel("tc_first_bad", 0)?,
             any_flag: module.kernel("tc_any_flag", 0)?,
-        };
-        Ok(Tc {
-            fwd,
-            dec,
-            cfg_fwd,
-            cfg_dec,
-            policy,
-            file,
-            _module: module,
         })
     }
+}
 
-    /// The embedded cubin's file name.
-    pub(crate) fn file(&self) -> &str {
-        &self.file
-    }
+/// The scratch buffers, in the order [`GpuPath::scratch`] lists them.
+struct Scratch {
+    words: u64,
+    flags: u64,
+    first: u64,
+    copies: [u64; 3],
+}
 
-    fn choose(&self, p: &Problem, dtype: DType) -> Result<Choice> {
-        validate(p, dtype)?;
+impl GpuPath for TensorCore {
+    type Plan = Plan;
+
+    fn plan(&self, p: &Problem, dtype: DType, ops: &Operands) -> Result<Plan> {
+        let mut plan = validate(p, dtype, Some(ops))?;
+        // docs/tensorcore.md: the decode kernel holds the G·Sq rows of one kv head in one tile; it
+        // gives the same bits as the prefill kernel, so this choice only changes the speed.
         let s = p.shape();
-        let di = TENSORCORE_HEAD_DIMS
-            .iter()
-            .position(|&d| d == s.head_dim)
-            .unwrap_or(0);
-        // docs/tensorcore.md: the decode kernel holds the G·Sq rows of one kv head in one tile;
-        // it gives the same bits as the prefill kernel, so this choice only changes the speed.
-        let decode = s.group() * s.q_len <= self.cfg_dec[di].bm;
-        Ok(Choice {
-            dt: dtype_index(dtype)?,
-            di,
-            decode,
-        })
+        plan.decode = s.group() * s.q_len <= self.cfg_dec[plan.di].bm;
+        Ok(plan)
     }
 
-    /// Enqueue the one attention kernel launch of `p` on `stream` (asynchronous).
-    fn enqueue_attention(
+    fn scratch(&self, p: &Problem, _plan: &Plan, check: bool) -> Vec<usize> {
+        let s = p.shape();
+        let rows = s.batch * s.q_heads * s.q_len + 2 * s.batch * s.kv_heads * s.kv_len;
+        let propagate = p.nonfinite() == NonFinitePolicy::Propagate;
+        let flags = if check || propagate { 4 * rows } else { 4 };
+        let copy = |n: usize| if propagate { 2 * n } else { 4 };
+        vec![
+            16, // words (3 u32)
+            flags,
+            if propagate {
+                4 * s.batch * s.kv_heads
+            } else {
+                4
+            },
+            copy(s.q_elems()),
+            copy(s.kv_elems()),
+            copy(s.kv_elems()),
+        ]
+    }
+
+    fn launches(
         &self,
-        stream: &CudaStream,
         p: &Problem,
-        c: Choice,
-        a: &TcArgs,
-    ) -> Result<()> {
+        plan: &Plan,
+        io: &Io,
+        scratch: &[u64],
+        step: Step,
+    ) -> Result<Vec<Launch>> {
+        let sc = match *scratch {
+            [words, flags, first, cq, ck, cv] => Scratch {
+                words,
+                flags,
+                first,
+                copies: [cq, ck, cv],
+            },
+            _ => {
+                return Err(Error::Cuda {
+                    op: "launch planning",
+                    message: format!(
+                        "tensorcore path: {} scratch buffers, expected 6",
+                        scratch.len()
+                    ),
+                });
+            }
+        };
+        for (tensor, t) in [
+            (TensorName::Q, io.q),
+            (TensorName::K, io.k),
+            (TensorName::V, io.v),
+            (TensorName::Out, io.out),
+        ] {
+            if t.addr % 16 != 0 {
+                return Err(Error::Misaligned {
+                    path: Path::TensorCore,
+                    tensor,
+                    need: "a 16-byte aligned address",
+                    what: format!("{:#x}", t.addr),
+                });
+            }
+        }
+        let s = p.shape();
+        let base = self.policy_base(p, io, &sc);
+        let mut out = Vec::new();
+        let sanitize = |out: &mut Vec<Launch>, copies: Option<[u64; 3]>| {
+            let rows_q = s.batch * s.q_heads * s.q_len;
+            let rows_kv = s.batch * s.kv_heads * s.kv_len;
+            let tensors = [
+                (io.q, 0, rows_q, s.q_heads, s.q_len),
+                (io.k, rows_q, rows_kv, s.kv_heads, s.kv_len),
+                (io.v, rows_q + rows_kv, rows_kv, s.kv_heads, s.kv_len),
+            ];
+            for (i, (t, flags_at, rows, heads, seq)) in tensors.into_iter().enumerate() {
+                let chunks = rows * (s.head_dim / CHUNK);
+                let prm = TcPolicy {
+                    src: t.addr,
+                    dst: copies.map_or(0, |c| c[i]),
+                    flags: sc.flags + 4 * flags_at as u64,
+                    rows: rows as i64,
+                    s_bs: t.bs,
+                    s_hs: t.hs,
+                    s_ss: t.ss,
+                    s_heads: heads as i32,
+                    s_seq: seq as i32,
+                    ..base
+                };
+                out.push(self.policy(
+                    &self.sanitize[plan.dt],
+                    chunks.div_ceil(POLICY_THREADS as usize) as u32,
+                    POLICY_THREADS,
+                    &prm,
+                ));
+            }
+        };
+        match (step, p.nonfinite()) {
+            (Step::Check, _) => {
+                sanitize(&mut out, None);
+                out.push(self.policy(&self.any_flag, 3, ANY_THREADS, &base));
+            }
+            (Step::Compute { .. }, NonFinitePolicy::Reject) => {
+                out.push(self.attention(p, plan, io));
+            }
+            (Step::Compute { .. }, NonFinitePolicy::Propagate) => {
+                let [cq, ck, cv] = sc.copies;
+                sanitize(&mut out, Some(sc.copies));
+                if io.mask == 0 {
+                    out.push(Launch {
+                        grid: (s.kv_heads as u32, s.batch as u32, 1),
+                        ..self.policy(&self.first_bad, 1, POLICY_THREADS, &base)
+                    });
+                }
+                let d = s.head_dim;
+                let on_copies = Io {
+                    q: DevTensor::bhsd(cq, s.q_heads, s.q_len, d),
+                    k: DevTensor::bhsd(ck, s.kv_heads, s.kv_len, d),
+                    v: DevTensor::bhsd(cv, s.kv_heads, s.kv_len, d),
+                    ..*io
+                };
+                out.push(self.attention(p, plan, &on_copies));
+                out.push(Launch {
+                    grid: (
+                        s.q_len.div_ceil(POISON_ROWS) as u32,
+                        s.q_heads as u32,
+                        s.batch as u32,
+                    ),
+                    ..self.policy(&self.poison[plan.dt], 1, POLICY_THREADS, &base)
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl TensorCore {
+    /// The one attention launch of `p` on the tensors of `io`.
+    fn attention(&self, p: &Problem, plan: &Plan, io: &Io) -> Launch {
         let s = p.shape();
         let causal = usize::from(p.causal());
-        let (kernel, cfg, grid) = if c.decode {
-            let cfg = self.cfg_dec[c.di];
+        let (msb, msh, msq) = mask_strides(p);
+        let a = TcArgs {
+            q: io.q.addr,
+            k: io.k.addr,
+            v: io.v.addr,
+            o: io.out.addr,
+            kv_lens: io.kv_lens,
+            mask: if p.mask().is_some() { io.mask } else { 0 },
+            q_bs: io.q.bs,
+            q_hs: io.q.hs,
+            k_bs: io.k.bs,
+            k_hs: io.k.hs,
+            v_bs: io.v.bs,
+            v_hs: io.v.hs,
+            o_bs: io.out.bs,
+            o_hs: io.out.hs,
+            msb,
+            msh,
+            msq,
+            // Row strides below 2^31: checked by `validate`.
+            q_ss: io.q.ss as i32,
+            k_ss: io.k.ss as i32,
+            v_ss: io.v.ss as i32,
+            o_ss: io.out.ss as i32,
+            b: s.batch as i32,
+            hq: s.q_heads as i32,
+            hkv: s.kv_heads as i32,
+            sq: s.q_len as i32,
+            skv: s.kv_len as i32,
+            scale: p.scale(),
+            top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
+        };
+        let (kernel, cfg, grid) = if plan.decode {
+            let cfg = self.cfg_dec[plan.di];
             (
-                self.dec[c.dt][c.di][causal],
+                &self.dec[plan.dt][plan.di][causal],
                 cfg,
                 (1, s.kv_heads as u32, s.batch as u32),
             )
         } else {
-            let cfg = self.cfg_fwd[c.di];
+            let cfg = self.cfg_fwd[plan.di];
             (
-                self.fwd[c.dt][c.di][causal],
+                &self.fwd[plan.dt][plan.di][causal],
                 cfg,
                 (
                     s.q_len.div_ceil(cfg.bm) as u32,
@@ -340,101 +540,28 @@ impl Tc {
                 ),
             )
         };
-        launch::launch_tc(stream, kernel, grid, cfg.threads, cfg.smem, a)
-    }
-
-    /// Enqueue `work` for `p` on `stream` (asynchronous): everything one call runs on the GPU,
-    /// in a fixed order, the same launches for every value of the inputs.
-    fn enqueue(
-        &self,
-        stream: &CudaStream,
-        p: &Problem,
-        c: Choice,
-        io: Io,
-        sc: &ScratchPtrs,
-        work: Work,
-    ) -> Result<()> {
-        if work != Work::Kernel && sc.flags == 0 {
-            return Err(Error::Cuda {
-                op: "launch planning",
-                message: "policy work without its scratch buffers (internal)".into(),
-            });
-        }
-        let s = p.shape();
-        let rows_q = s.batch * s.q_heads * s.q_len;
-        let rows_kv = s.batch * s.kv_heads * s.kv_len;
-        let base = self.policy_base(p, sc);
-        let sanitize = |src: u64, dst: u64, flags_at: usize, rows: usize| -> Result<()> {
-            let chunks = rows * (s.head_dim / 8);
-            let blocks = chunks.div_ceil(POLICY_THREADS as usize) as u32;
-            let prm = TcPolicy {
-                src,
-                dst,
-                flags: sc.flags + 4 * flags_at as u64,
-                rows: rows as i64,
-                ..base
-            };
-            launch::launch_policy(
-                stream,
-                self.policy.sanitize[c.dt],
-                (blocks, 1, 1),
-                POLICY_THREADS,
-                &prm,
-            )
-        };
-        let scan = |dst: [u64; 3]| -> Result<()> {
-            sanitize(io.q, dst[0], 0, rows_q)?;
-            sanitize(io.k, dst[1], rows_q, rows_kv)?;
-            sanitize(io.v, dst[2], rows_q + rows_kv, rows_kv)
-        };
-        let attention = |q: u64, k: u64, v: u64| {
-            let a = self.args(p, [q, k, v, io.o], sc.kv_lens, io.mask);
-            self.enqueue_attention(stream, p, c, &a)
-        };
-        match work {
-            Work::Kernel => attention(io.q, io.k, io.v),
-            Work::Scan | Work::ScanKernel => {
-                scan([0; 3])?;
-                launch::launch_policy(stream, self.policy.any_flag, (3, 1, 1), ANY_THREADS, &base)?;
-                if work == Work::ScanKernel {
-                    attention(io.q, io.k, io.v)?;
-                }
-                Ok(())
-            }
-            Work::Propagate => {
-                let copies = sc.copies.ok_or_else(|| Error::Cuda {
-                    op: "launch planning",
-                    message: "Propagate without its sanitised copies (internal)".into(),
-                })?;
-                scan(copies)?;
-                if io.mask == 0 {
-                    let grid = (s.kv_heads as u32, s.batch as u32, 1);
-                    launch::launch_policy(
-                        stream,
-                        self.policy.first_bad,
-                        grid,
-                        POLICY_THREADS,
-                        &base,
-                    )?;
-                }
-                attention(copies[0], copies[1], copies[2])?;
-                let grid = (
-                    s.q_len.div_ceil(POISON_ROWS) as u32,
-                    s.q_heads as u32,
-                    s.batch as u32,
-                );
-                let prm = TcPolicy {
-                    out: io.o,
-                    mask: io.mask,
-                    ..base
-                };
-                launch::launch_policy(stream, self.policy.poison[c.dt], grid, POLICY_THREADS, &prm)
-            }
+        Launch {
+            kernel: kernel.clone(),
+            grid,
+            block: cfg.threads,
+            smem: cfg.smem,
+            params: a.params(),
         }
     }
 
-    /// The fields every policy kernel shares: shapes, flags layout, key lengths, mask strides.
-    fn policy_base(&self, p: &Problem, sc: &ScratchPtrs) -> TcPolicy {
+    fn policy(&self, kernel: &Kernel, grid_x: u32, block: u32, prm: &TcPolicy) -> Launch {
+        Launch {
+            kernel: kernel.clone(),
+            grid: (grid_x, 1, 1),
+            block,
+            smem: 0,
+            params: vec![bytes(prm)],
+        }
+    }
+
+    /// The fields every policy kernel shares: shapes, flags layout, key lengths, mask and output
+    /// strides.
+    fn policy_base(&self, p: &Problem, io: &Io, sc: &Scratch) -> TcPolicy {
         let s = p.shape();
         let rows_q = (s.batch * s.q_heads * s.q_len) as u64;
         let rows_kv = (s.batch * s.kv_heads * s.kv_len) as u64;
@@ -445,13 +572,18 @@ impl Tc {
             badk: sc.flags + 4 * rows_q,
             badv: sc.flags + 4 * (rows_q + rows_kv),
             firstbad: sc.first,
-            kv_lens: sc.kv_lens,
+            out: io.out.addr,
+            mask: if p.mask().is_some() { io.mask } else { 0 },
+            kv_lens: io.kv_lens,
             words: sc.words,
             rows: rows_q as i64,
             rows_kv: rows_kv as i64,
             msb,
             msh,
             msq,
+            o_bs: io.out.bs,
+            o_hs: io.out.hs,
+            o_ss: io.out.ss,
             d: s.head_dim as i32,
             b: s.batch as i32,
             hq: s.q_heads as i32,
@@ -459,218 +591,8 @@ impl Tc {
             sq: s.q_len as i32,
             skv: s.kv_len as i32,
             causal: i32::from(p.causal()),
+            top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
             ..TcPolicy::default()
-        }
-    }
-
-    /// Host slices in and out (lengths validated by the engine). Under `Reject` the inputs are
-    /// scanned on the host first and nothing is uploaded if one is non-finite; under `Propagate`
-    /// the device runs the policy kernels around the attention kernel. `out` is written only
-    /// after everything succeeded.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn run_host<T: Element>(
-        &self,
-        st: &Arc<CudaStream>,
-        p: &Problem,
-        q: &[T],
-        k: &[T],
-        v: &[T],
-        mask: Option<&[bool]>,
-        out: &mut [T],
-    ) -> Result<()> {
-        let c = self.choose(p, T::DTYPE)?;
-        let work = match p.nonfinite() {
-            NonFinitePolicy::Reject => {
-                crate::cpu::reject_nonfinite(q, k, v)?;
-                Work::Kernel
-            }
-            NonFinitePolicy::Propagate => Work::Propagate,
-        };
-        let up = |x: &[T]| {
-            let bits: Vec<u16> = x.iter().map(|e| e.to_bits_u32() as u16).collect();
-            st.clone_htod(&bits).map_err(drv("cuMemcpyHtoD"))
-        };
-        let (dq, dk, dv) = (up(q)?, up(k)?, up(v)?);
-        let dm = match mask {
-            Some(m) => {
-                let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
-                Some(st.clone_htod(&bytes).map_err(drv("cuMemcpyHtoD"))?)
-            }
-            None => None,
-        };
-        let mut sc = Scratch::new(st, p, work)?;
-        let mut dout = st
-            .alloc_zeros::<u16>(out.len())
-            .map_err(drv("cuMemAlloc"))?;
-        {
-            let mut g = Guards::default();
-            let io = Io {
-                q: g.r(&dq, st),
-                k: g.r(&dk, st),
-                v: g.r(&dv, st),
-                o: g.w(&mut dout, st),
-                mask: dm.as_ref().map_or(0, |m| g.r(m, st)),
-            };
-            let ptrs = g.scratch(&mut sc, st);
-            self.enqueue(st, p, c, io, &ptrs, work)?;
-        }
-        let bits = st.clone_dtoh(&dout).map_err(drv("cuMemcpyDtoH"))?;
-        st.synchronize().map_err(drv("kernel execution"))?;
-        for (o, b) in out.iter_mut().zip(bits) {
-            *o = T::from_bits_u32(u32::from(b));
-        }
-        Ok(())
-    }
-
-    /// Device-resident buffers (lengths and devices checked by the caller), launched on
-    /// `stream` (asynchronous). `alloc` is the backend's stream (scratch buffers). Under `Reject`
-    /// the inputs are scanned on the GPU first (every element read, three words back, one
-    /// decision; this waits) and nothing is written if one is non-finite; under `Propagate` the
-    /// policy kernels run around the attention kernel, all on `stream`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn run_device<T: Element + DeviceRepr>(
-        &self,
-        alloc: &Arc<CudaStream>,
-        stream: &CudaStream,
-        p: &Problem,
-        q: &CudaSlice<T>,
-        k: &CudaSlice<T>,
-        v: &CudaSlice<T>,
-        mask: Option<&CudaSlice<u8>>,
-        out: &mut CudaSlice<T>,
-    ) -> Result<()> {
-        let c = self.choose(p, T::DTYPE)?;
-        let propagate = p.nonfinite() == NonFinitePolicy::Propagate;
-        let work = if propagate {
-            Work::Propagate
-        } else {
-            Work::Scan
-        };
-        let mut sc = Scratch::new(alloc, p, work)?;
-        let mut g = Guards::default();
-        let io = Io {
-            q: g.r(q, stream),
-            k: g.r(k, stream),
-            v: g.r(v, stream),
-            o: g.w(out, stream),
-            mask: mask.map_or(0, |m| g.r(m, stream)),
-        };
-        {
-            let mut gs = Guards::default();
-            let ptrs = gs.scratch(&mut sc, stream);
-            self.enqueue(stream, p, c, io, &ptrs, work)?;
-            if !propagate {
-                drop(gs);
-                sc.decide(alloc)?;
-                let mut gs = Guards::default();
-                let ptrs = gs.scratch(&mut sc, stream);
-                self.enqueue(stream, p, c, io, &ptrs, Work::Kernel)?;
-            }
-        }
-        drop(g);
-        Ok(())
-    }
-
-    /// Microseconds (CUDA events on `stream`) of exactly the GPU work [`Tc::run_device`]
-    /// enqueues for `p` and its policy, without the host's `Reject` decision: under `Reject` the
-    /// scan and then the kernel, under `Propagate` sanitize, kernel, poison. So the time covers
-    /// the same launches whatever the values. Scratch is allocated before the first event.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn time_launch<T: Element + DeviceRepr>(
-        &self,
-        alloc: &Arc<CudaStream>,
-        stream: &CudaStream,
-        p: &Problem,
-        q: &CudaSlice<T>,
-        k: &CudaSlice<T>,
-        v: &CudaSlice<T>,
-        mask: Option<&CudaSlice<u8>>,
-        out: &mut CudaSlice<T>,
-    ) -> Result<f32> {
-        let c = self.choose(p, T::DTYPE)?;
-        let work = match p.nonfinite() {
-            NonFinitePolicy::Reject => Work::ScanKernel,
-            NonFinitePolicy::Propagate => Work::Propagate,
-        };
-        let mut sc = Scratch::new(alloc, p, work)?;
-        let (e0, e1) = (timing::event(alloc)?, timing::event(alloc)?);
-        let mut g = Guards::default();
-        let io = Io {
-            q: g.r(q, stream),
-            k: g.r(k, stream),
-            v: g.r(v, stream),
-            o: g.w(out, stream),
-            mask: mask.map_or(0, |m| g.r(m, stream)),
-        };
-        let ptrs = g.scratch(&mut sc, stream);
-        e0.record(stream).map_err(drv("cuEventRecord"))?;
-        self.enqueue(stream, p, c, io, &ptrs, work)?;
-        e1.record(stream).map_err(drv("cuEventRecord"))?;
-        drop(g);
-        e1.synchronize().map_err(drv("kernel execution"))?;
-        let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
-        Ok(ms * 1000.0)
-    }
-
-    /// CUDA-event timing of `p` (docs/tensorcore.md, "Timing"): `rotate` seeded input sets
-    /// (never zeros) uploaded once, the output poisoned once, `warmup` untimed calls, then `iters`
-    /// samples of `per_sample` calls back to back between one pair of events, cycling the sets.
-    /// A call is the GPU work of one host call: under `Reject` the kernel (the inputs are
-    /// generated finite and, as in `bench` of the `Exact` path, the scan is not timed), under
-    /// `Propagate` sanitize, kernel, poison. The figures are per call.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn bench<T: Element + DeviceRepr>(
-        &self,
-        st: &Arc<CudaStream>,
-        p: &Problem,
-        seed: u64,
-        warmup: usize,
-        iters: usize,
-        rotate: usize,
-        per_sample: usize,
-    ) -> Result<BenchResult> {
-        let c = self.choose(p, T::DTYPE)?;
-        let work = match p.nonfinite() {
-            NonFinitePolicy::Reject => Work::Kernel,
-            NonFinitePolicy::Propagate => Work::Propagate,
-        };
-        let sets = timing::input_sets::<T>(st, p, seed, rotate)?;
-        let mut out = timing::poisoned_output::<T>(st, p)?;
-        let mut sc = Scratch::new(st, p, work)?;
-        timing::sample(st, warmup, iters, per_sample, rotate, |i| {
-            let x = &sets[i];
-            let mut g = Guards::default();
-            let ptrs = g.scratch(&mut sc, st);
-            let io = Io {
-                q: g.r(&x.q, st),
-                k: g.r(&x.k, st),
-                v: g.r(&x.v, st),
-                o: g.w(&mut out, st),
-                mask: x.mask.as_ref().map_or(0, |m| g.r(m, st)),
-            };
-            self.enqueue(st, p, c, io, &ptrs, work)
-        })
-    }
-
-    fn args(&self, p: &Problem, qkvo: [u64; 4], kv_lens: u64, mask: u64) -> TcArgs {
-        let s = p.shape();
-        let (msb, msh, msq) = mask_strides(p);
-        TcArgs {
-            q: qkvo[0],
-            k: qkvo[1],
-            v: qkvo[2],
-            o: qkvo[3],
-            kv_lens,
-            b: s.batch as i32,
-            hq: s.q_heads as i32,
-            hkv: s.kv_heads as i32,
-            sq: s.q_len as i32,
-            skv: s.kv_len as i32,
-            scale: p.scale(),
-            mask: if p.mask().is_some() { mask } else { 0 },
-            msb,
-            msh,
-            msq,
         }
     }
 }
@@ -691,93 +613,4 @@ fn mask_strides(p: &Problem) -> (i64, i64, i64) {
         }
         None => (0, 0, 0),
     }
-}
-
-/// The per-batch key lengths as a device `int` array, or `None` (the kernel then uses `Skv`).
-fn kv_lens_buffer(st: &Arc<CudaStream>, p: &Problem) -> Result<Option<CudaSlice<i32>>> {
-    match p.kv_lens() {
-        Some(l) => {
-            let v: Vec<i32> = l.iter().map(|&x| x as i32).collect();
-            Ok(Some(st.clone_htod(&v).map_err(drv("cuMemcpyHtoD"))?))
-        }
-        None => Ok(None),
-    }
-}
-
-/// The path's scratch buffers, with their guards.
-impl<'a> Guards<'a> {
-    fn scratch(&mut self, sc: &'a mut Scratch, st: &'a CudaStream) -> ScratchPtrs {
-        let Scratch {
-            kv_lens,
-            policy,
-            copies,
-        } = sc;
-        let (flags, words, first) = match policy {
-            Some(ps) => (
-                self.w(&mut ps.flags, st),
-                self.w(&mut ps.words, st),
-                self.w(&mut ps.first, st),
-            ),
-            None => (0, 0, 0),
-        };
-        ScratchPtrs {
-            kv_lens: kv_lens.as_ref().map_or(0, |l| self.r(l, st)),
-            flags,
-            words,
-            first,
-            copies: copies
-                .as_mut()
-                .map(|[a, b, c]| [self.w(a, st), self.w(b, st), self.w(c, st)]),
-        }
-    }
-}
-
-// ------------------------------------------------------------------------- golden digests
-
-/// Whether the `TensorCore` path takes this golden case (f16/bf16, head_dim 64, 128 or 256).
-pub fn tensorcore_supports(case: &GoldenCase) -> bool {
-    case.dtype != DType::F32 && TENSORCORE_HEAD_DIMS.contains(&case.dims.5)
-}
-
-/// The digest of a golden case's output on `engine`, tagged with the engine's path (the golden
-/// module's own runner tags every digest `exact`).
-pub fn golden_digest(case: &GoldenCase, engine: &Engine) -> Result<Digest> {
-    fn typed<T: Element>(case: &GoldenCase, engine: &Engine) -> Result<Digest> {
-        let p = case.problem();
-        let x = generate::<T>(&p, case.inputs);
-        let out = engine.run(&p, &x.q, &x.k, &x.v, x.mask.as_deref())?;
-        let s = p.shape();
-        Ok(digest(
-            engine.path(),
-            [s.batch, s.q_heads, s.q_len, s.head_dim],
-            &out,
-        ))
-    }
-    match case.dtype {
-        DType::F32 => typed::<f32>(case, engine),
-        DType::F16 => typed::<f16>(case, engine),
-        DType::Bf16 => typed::<bf16>(case, engine),
-    }
-}
-
-/// The recorded `TensorCore` golden snapshots, per architecture (`tests/snapshots/`). A file
-/// with no digest line means nothing was recorded for that architecture yet.
-const TC_SNAPSHOTS: [(&str, &str); 1] = [(
-    "sm_90",
-    include_str!("../../tests/snapshots/golden_tensorcore_sm90.txt"),
-)];
-
-/// The `TensorCore` golden digests `(case name, hex)` recorded on architecture `arch`
-/// (`sm_90`), or `None` when none were recorded there: the bits of this path are per
-/// architecture, so a GPU of another architecture cannot be checked against them.
-pub fn tensorcore_expected_digests(arch: &str) -> Option<Vec<(String, String)>> {
-    let text = TC_SNAPSHOTS.iter().find(|(a, _)| *a == arch)?.1;
-    let v: Vec<(String, String)> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, d)| (n.to_string(), d.trim().to_string()))
-        .collect();
-    (!v.is_empty()).then_some(v)
 }

@@ -1,37 +1,115 @@
-//! The CUDA-event benchmark protocol both paths' `bench` share (DESIGN.md §8): seeded input sets
-//! (never zeros) uploaded once, the output poisoned once, warm-up calls, then samples of
-//! `per_sample` calls back to back between one pair of events, cycling the input sets so that one
-//! does not sit in L2. The figures are per call: median, fastest and slowest sample.
+//! The CUDA-event benchmark protocol every path shares (docs/design.md, "Performance protocol"):
+//! seeded input sets (never zeros) uploaded once in the layout asked for, the output poisoned once,
+//! warm-up calls, then samples of `per_sample` calls back to back between one pair of events,
+//! cycling the input sets so that one does not sit in L2. The figures are per call: median,
+//! fastest and slowest sample.
 
-use super::{BenchResult, drv};
+use super::drv;
+use super::path::{DeviceQkv, DeviceTensor};
 use crate::dtype::Element;
 use crate::error::Result;
 use crate::inputs::{GenOptions, generate};
 use crate::problem::Problem;
+use crate::tensor::{Layout, Order, scatter};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr};
 use std::sync::Arc;
 
-/// One seeded input set on the device.
-pub(crate) struct InputSet<T> {
-    pub(crate) q: CudaSlice<T>,
-    pub(crate) k: CudaSlice<T>,
-    pub(crate) v: CudaSlice<T>,
-    /// One byte per mask entry (0 or 1), when the problem has a mask.
-    pub(crate) mask: Option<CudaSlice<u8>>,
+/// How to time a problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BenchOptions {
+    /// Seed of the first input set (the others: `seed + 1`, …).
+    pub seed: u64,
+    /// Untimed calls first.
+    pub warmup: usize,
+    /// Timed samples (the protocol asks for at least 20).
+    pub iters: usize,
+    /// Input sets cycled through.
+    pub rotate: usize,
+    /// Calls back to back between one pair of events (1: the anchors' protocol).
+    pub per_sample: usize,
+    /// The layout of the inputs and the output.
+    pub order: Order,
 }
 
-/// `rotate` input sets from seeds `seed, seed + 1, …` (the crate's generator: never zeros),
-/// uploaded to `st`.
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            seed: 0,
+            warmup: 3,
+            iters: 20,
+            rotate: 4,
+            per_sample: 1,
+            order: Order::Bhsd,
+        }
+    }
+}
+
+/// Kernel timing from CUDA events (microseconds per call).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchResult {
+    /// Median of the timed samples.
+    pub median_us: f64,
+    /// Fastest.
+    pub min_us: f64,
+    /// Slowest.
+    pub max_us: f64,
+    /// Timed samples.
+    pub iters: usize,
+    /// Input sets rotated between calls (so they do not sit in L2).
+    pub rotate: usize,
+}
+
+/// One seeded input set on the device, in the layout asked for.
+pub(crate) struct InputSet<T> {
+    q: CudaSlice<T>,
+    k: CudaSlice<T>,
+    v: CudaSlice<T>,
+    /// One byte per mask entry (0 or 1), when the problem has a mask.
+    mask: Option<CudaSlice<u8>>,
+    q_layout: Layout,
+    kv_layout: Layout,
+}
+
+impl<T> InputSet<T> {
+    pub(crate) fn qkv(&self) -> DeviceQkv<'_, T> {
+        DeviceQkv {
+            q: DeviceTensor::new(&self.q, self.q_layout),
+            k: DeviceTensor::new(&self.k, self.kv_layout),
+            v: DeviceTensor::new(&self.v, self.kv_layout),
+            mask: self.mask.as_ref(),
+        }
+    }
+}
+
+/// The contiguous layout of `order` for q (and the output, `q == true`) or k and v.
+pub(crate) fn layout(p: &Problem, order: Order, q: bool) -> Layout {
+    let s = p.shape();
+    let (heads, seq) = if q {
+        (s.q_heads, s.q_len)
+    } else {
+        (s.kv_heads, s.kv_len)
+    };
+    Layout::contiguous(order, heads, seq, s.head_dim)
+}
+
+/// `opts.rotate` input sets from seeds `seed, seed + 1, …` (the crate's generator: never zeros),
+/// uploaded to `st` in `opts.order`.
 pub(crate) fn input_sets<T: Element + DeviceRepr>(
     st: &Arc<CudaStream>,
     p: &Problem,
-    seed: u64,
-    rotate: usize,
+    opts: &BenchOptions,
 ) -> Result<Vec<InputSet<T>>> {
-    (0..rotate.max(1) as u64)
+    let s = p.shape();
+    let (qd, kd) = crate::tensor::dims(p);
+    let (ql, kl) = (layout(p, opts.order, true), layout(p, opts.order, false));
+    (0..opts.rotate.max(1) as u64)
         .map(|r| {
-            let x = generate::<T>(p, GenOptions::seed(seed.wrapping_add(r)));
-            let up = |v: &[T]| st.clone_htod(v).map_err(drv("cuMemcpyHtoD"));
+            let x = generate::<T>(p, GenOptions::seed(opts.seed.wrapping_add(r)));
+            let up = |v: &[T], d, l| {
+                let n = if d == qd { s.q_elems() } else { s.kv_elems() };
+                st.clone_htod(&scatter(v, d, l, n, T::default()))
+                    .map_err(drv("cuMemcpyHtoD"))
+            };
             let mask = match &x.mask {
                 Some(m) => {
                     let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
@@ -40,10 +118,12 @@ pub(crate) fn input_sets<T: Element + DeviceRepr>(
                 None => None,
             };
             Ok(InputSet {
-                q: up(&x.q)?,
-                k: up(&x.k)?,
-                v: up(&x.v)?,
+                q: up(&x.q, qd, ql)?,
+                k: up(&x.k, kd, kl)?,
+                v: up(&x.v, kd, kl)?,
                 mask,
+                q_layout: ql,
+                kv_layout: kl,
             })
         })
         .collect()
@@ -71,14 +151,15 @@ pub(crate) fn event(st: &CudaStream) -> Result<CudaEvent> {
 /// wait), cycling `set` through `0..rotate`.
 pub(crate) fn sample(
     st: &Arc<CudaStream>,
-    warmup: usize,
-    iters: usize,
-    per_sample: usize,
-    rotate: usize,
+    opts: &BenchOptions,
     mut call: impl FnMut(usize) -> Result<()>,
 ) -> Result<BenchResult> {
-    let (iters, per_sample, rotate) = (iters.max(1), per_sample.max(1), rotate.max(1));
-    let samples = warmup.div_ceil(per_sample) + iters;
+    let (iters, per_sample, rotate) = (
+        opts.iters.max(1),
+        opts.per_sample.max(1),
+        opts.rotate.max(1),
+    );
+    let samples = opts.warmup.div_ceil(per_sample) + iters;
     let mut times = Vec::with_capacity(iters);
     let mut n = 0usize;
     for s in 0..samples {
@@ -98,7 +179,7 @@ pub(crate) fn sample(
     Ok(bench_result(times, rotate))
 }
 
-/// The summary of per-launch times (microseconds): median, fastest, slowest.
+/// The summary of per-call times (microseconds): median, fastest, slowest.
 fn bench_result(mut times: Vec<f64>, rotate: usize) -> BenchResult {
     times.sort_by(f64::total_cmp);
     let n = times.len();

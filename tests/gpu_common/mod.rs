@@ -28,3 +28,65 @@ pub fn gpu(test: &str, path: Path) -> Option<Engine> {
 pub fn loud(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
+
+/// The device entry point on contiguous `[B, H, S, D]` buffers (the tests' common case).
+#[allow(clippy::too_many_arguments)]
+pub fn dev_run<T: detattn::Element + detattn::cuda::DeviceRepr>(
+    cb: &detattn::cuda::CudaBackend,
+    path: Path,
+    stream: &detattn::cuda::CudaStream,
+    p: &detattn::Problem,
+    q: &detattn::cuda::CudaSlice<T>,
+    k: &detattn::cuda::CudaSlice<T>,
+    v: &detattn::cuda::CudaSlice<T>,
+    mask: Option<&detattn::cuda::CudaSlice<u8>>,
+    out: &mut detattn::cuda::CudaSlice<T>,
+) -> detattn::Result<()> {
+    let s = p.shape();
+    let x = detattn::cuda::DeviceQkv::bhsd(p, q, k, v, mask);
+    let o = detattn::cuda::DeviceTensorMut::new(
+        out,
+        detattn::Layout::bhsd(s.q_heads, s.q_len, s.head_dim),
+    );
+    cb.run_device(path, stream, p, &x, o)
+}
+
+/// The timed launch on contiguous buffers.
+#[allow(clippy::too_many_arguments)]
+pub fn dev_time<T: detattn::Element + detattn::cuda::DeviceRepr>(
+    cb: &detattn::cuda::CudaBackend,
+    path: Path,
+    stream: &detattn::cuda::CudaStream,
+    p: &detattn::Problem,
+    q: &detattn::cuda::CudaSlice<T>,
+    k: &detattn::cuda::CudaSlice<T>,
+    v: &detattn::cuda::CudaSlice<T>,
+    mask: Option<&detattn::cuda::CudaSlice<u8>>,
+    out: &mut detattn::cuda::CudaSlice<T>,
+) -> detattn::Result<f32> {
+    let s = p.shape();
+    let x = detattn::cuda::DeviceQkv::bhsd(p, q, k, v, mask);
+    let o = detattn::cuda::DeviceTensorMut::new(
+        out,
+        detattn::Layout::bhsd(s.q_heads, s.q_len, s.head_dim),
+    );
+    cb.time_launch(path, stream, p, &x, o)
+}
+
+/// Bench options with these counts (seed, warm-up, iterations, input sets, calls per sample).
+pub fn bench_opts(
+    seed: u64,
+    warmup: usize,
+    iters: usize,
+    rotate: usize,
+    per_sample: usize,
+) -> detattn::cuda::BenchOptions {
+    detattn::cuda::BenchOptions {
+        seed,
+        warmup,
+        iters,
+        rotate,
+        per_sample,
+        order: detattn::Order::Bhsd,
+    }
+}

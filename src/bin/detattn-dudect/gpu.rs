@@ -8,8 +8,8 @@
 
 use crate::classes::{Class, ClassElement};
 use crate::{Setup, Timer};
-use detattn::cuda::{CudaSlice, CudaStream, DeviceRepr};
-use detattn::{Backend, DType, Element, Engine, Path, bf16, f16};
+use detattn::cuda::{CudaSlice, CudaStream, DeviceQkv, DeviceRepr, DeviceTensorMut};
+use detattn::{Backend, DType, Element, Engine, Layout, bf16, f16};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -55,10 +55,7 @@ impl<'a, T: Element + DeviceRepr + ClassElement> GpuTimer<'a, T> {
         // Opening the engine on the TensorCore path loads and verifies its cubin now.
         let engine = Engine::new(Backend::Cuda(ordinal), path).map_err(err)?;
         let cb = engine.cuda().ok_or("not a CUDA engine")?;
-        let cubin = match path {
-            Path::Exact => cb.cubin_source().to_string(),
-            Path::TensorCore => cb.tensorcore_cubin().map_err(err)?.to_string(),
-        };
+        let cubin = cb.cubin_sources().join(", ");
         let stream = cb.stream();
         let up = |x: &[f32]| {
             let t: Vec<T> = x.iter().map(|&v| T::from_class_value(v)).collect();
@@ -123,24 +120,18 @@ impl<T: Element + DeviceRepr + ClassElement> Timer for GpuTimer<'_, T> {
         let cb = self.engine.cuda().ok_or("not a CUDA engine")?;
         let p = self.setup.problem(c);
         let mask = c.masked().then_some(&self.mask);
+        let s = p.shape();
+        let x = DeviceQkv::bhsd(p, &self.q, &self.k, &self.v, mask);
+        let out = DeviceTensorMut::new(&mut self.out, Layout::bhsd(s.q_heads, s.q_len, s.head_dim));
         let us = cb
-            .time_launch_path(
-                self.setup.cfg.path,
-                &self.stream,
-                p,
-                &self.q,
-                &self.k,
-                &self.v,
-                mask,
-                &mut self.out,
-            )
+            .time_launch(self.setup.cfg.path, &self.stream, p, &x, out)
             .map_err(err)?;
         Ok(f64::from(us) * 1000.0)
     }
 
     fn describe(&self) -> String {
         format!(
-            "{} (path {}, {}, CudaBackend::time_launch_path; kernels: {}), timer CUDA events (µs, reported in ns)",
+            "{} (path {}, {}, CudaBackend::time_launch; kernels: {}), timer CUDA events (µs, reported in ns)",
             self.engine.describe(),
             self.setup.cfg.path,
             self.setup.cfg.dtype,

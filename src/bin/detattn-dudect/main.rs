@@ -645,8 +645,10 @@ fn median(xs: &[f64]) -> f64 {
 fn check_path(setup: &Setup) -> Result<(), String> {
     match setup.cfg.path {
         Path::Exact => Ok(()),
-        Path::TensorCore => detattn::cuda::tensorcore_check(&setup.plain, setup.cfg.dtype)
-            .map_err(|e| e.to_string()),
+        Path::TensorCore => {
+            detattn::cuda::check_path(Path::TensorCore, &setup.plain, setup.cfg.dtype)
+                .map_err(|e| e.to_string())
+        }
     }
 }
 

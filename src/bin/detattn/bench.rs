@@ -17,8 +17,8 @@ use crate::problem_args::{
 };
 use crate::{Failure, print_json};
 use clap::Args;
-use detattn::inputs::{Inputs, generate};
-use detattn::{DType, Element, Engine, Problem, bf16, f16};
+use detattn::inputs::generate;
+use detattn::{DType, Element, Engine, Problem, Qkv, Tensor, TensorMut, bf16, f16};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -52,6 +52,13 @@ struct Timing {
     timer: &'static str,
 }
 
+impl BenchArgs {
+    /// Whether `--json` was given (errors then come out as a JSON document too).
+    pub(crate) fn json(&self) -> bool {
+        self.problem.json
+    }
+}
+
 pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
     let a = &args.problem;
     let p = a.problem()?;
@@ -67,6 +74,32 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
     }
     // The GPU bench also generates its input sets on the host first.
     check_memory(&p, a.dtype, rotate)?;
+    let causal = if p.causal() {
+        format!("causal, {}", p.causal_align().name())
+    } else {
+        "not causal".to_string()
+    };
+    // Say what is being timed at once: a large problem on the CPU takes minutes.
+    let header = [
+        ("backend", engine.describe()),
+        ("path", engine.path().name().to_string()),
+        ("dtype", a.dtype.name().to_string()),
+        (
+            "shape",
+            format!("{} ({causal}, {})", shape_text(&p), a.layout.name()),
+        ),
+    ];
+    if !a.json {
+        for (k, v) in &header {
+            outln!("{k:<9} {v}");
+        }
+    }
+    progress(&format!(
+        "bench: {} warm-up and {iters} timed call(s) of {} on {}",
+        args.warmup,
+        shape_text(&p),
+        engine.describe()
+    ));
     let t = if engine.is_gpu() {
         gpu_bench(&engine, a, &p, args.warmup, iters, rotate, per_sample)?
     } else {
@@ -99,6 +132,8 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
             "dtype": a.dtype.name(),
             "shape": shape_json(&p),
             "causal": p.causal(),
+            "causal_align": p.causal_align().name(),
+            "layout": a.layout.name(),
             "warmup": args.warmup,
             "rotate": rotate,
             "timer": t.timer,
@@ -130,7 +165,6 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
             ""
         }
     );
-    let causal = if p.causal() { "causal" } else { "not causal" };
     let traffic = format!(
         "{:.1} GB/s of {:.3} MB (Q, K, V read once, O written once; {:.0} FLOP/byte)",
         gbps,
@@ -138,10 +172,6 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
         intensity
     );
     let rows = [
-        ("backend", engine.describe()),
-        ("path", engine.path().name().to_string()),
-        ("dtype", a.dtype.name().to_string()),
-        ("shape", format!("{} ({causal})", shape_text(&p))),
         ("protocol", protocol),
         ("median", format!("{:>12}   {rate}", fmt_us(t.median_us))),
         ("bytes", traffic),
@@ -152,6 +182,12 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
         outln!("{k:<9} {v}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A progress line on stderr (never stdout: `--json` keeps stdout to one document).
+fn progress(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 #[cfg(feature = "cuda")]
@@ -167,16 +203,15 @@ fn gpu_bench(
     let cuda = engine
         .cuda()
         .ok_or_else(|| Failure::Runtime("internal: a GPU engine without a CUDA backend".into()))?;
-    let r = cuda.bench_path(
-        engine.path(),
-        p,
-        a.dtype,
-        a.seed,
+    let opts = detattn::cuda::BenchOptions {
+        seed: a.seed,
         warmup,
         iters,
         rotate,
         per_sample,
-    )?;
+        order: a.layout,
+    };
+    let r = cuda.bench(engine.path(), p, a.dtype, &opts)?;
     Ok(Timing {
         median_us: r.median_us,
         min_us: r.min_us,
@@ -210,16 +245,44 @@ fn cpu_bench<T: Element>(
     iters: usize,
     rotate: usize,
 ) -> Result<Timing, Failure> {
-    let sets: Vec<Inputs<T>> = (0..rotate as u64)
-        .map(|i| generate::<T>(p, a.gen_options(a.seed.wrapping_add(i))))
+    progress(&format!("bench: generating {rotate} input set(s)"));
+    // q, k, v in the chosen layout, and the mask.
+    type Set<T> = (Vec<T>, Vec<T>, Vec<T>, Option<Vec<bool>>);
+    let sets: Vec<Set<T>> = (0..rotate as u64)
+        .map(|i| {
+            let x = generate::<T>(p, a.gen_options(a.seed.wrapping_add(i)));
+            (
+                a.placed(p, &x.q, true).0,
+                a.placed(p, &x.k, false).0,
+                a.placed(p, &x.v, false).0,
+                x.mask,
+            )
+        })
         .collect();
-    let once = |i: usize| -> Result<f64, Failure> {
-        let x = &sets[i % rotate];
+    let s = p.shape();
+    let kl = detattn::Layout::contiguous(a.layout, s.kv_heads, s.kv_len, s.head_dim);
+    let ql = detattn::Layout::contiguous(a.layout, s.q_heads, s.q_len, s.head_dim);
+    let mut out = vec![T::default(); s.q_elems()];
+    let total = warmup + iters;
+    let mut once = |i: usize| -> Result<f64, Failure> {
+        let (q, k, v, mask) = &sets[i % rotate];
+        let x = Qkv {
+            q: Tensor::new(q, ql),
+            k: Tensor::new(k, kl),
+            v: Tensor::new(v, kl),
+            mask: mask.as_deref(),
+        };
         let t = Instant::now();
-        let out = engine.run(p, &x.q, &x.k, &x.v, x.mask.as_deref())?;
+        engine.run_tensors(p, &x, TensorMut::new(&mut out, ql))?;
         let us = t.elapsed().as_secs_f64() * 1e6;
         // Keep the output observable so the call cannot be optimised away.
-        std::hint::black_box(out);
+        std::hint::black_box(&out);
+        let what = if i < warmup { "warm-up" } else { "timed" };
+        progress(&format!(
+            "bench: call {}/{total} ({what}) {}",
+            i + 1,
+            fmt_us(us)
+        ));
         Ok(us)
     };
     for i in 0..warmup {
@@ -234,7 +297,7 @@ fn cpu_bench<T: Element>(
         min_us: ts[0],
         max_us: ts[ts.len() - 1],
         iters,
-        timer: "wall clock (std::time::Instant) per Engine::run call",
+        timer: "wall clock (std::time::Instant) per Engine::run_tensors call",
     })
 }
 

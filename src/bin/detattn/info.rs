@@ -10,7 +10,7 @@ use std::process::ExitCode;
 pub(crate) struct InfoArgs {
     /// Print one JSON document on stdout.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
@@ -20,6 +20,7 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
         print_json(&json!({
             "version": env!("CARGO_PKG_VERSION"),
             "digest_version": detattn::DIGEST_VERSION,
+            "contract_version": detattn::CONTRACT_VERSION,
             "override_capable": crate::override_capable(),
             "cpu": cpu,
             "cuda": cuda,
@@ -31,6 +32,10 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
     }
     outln!("detattn {}", env!("CARGO_PKG_VERSION"));
     outln!("  digest format  v{}", detattn::DIGEST_VERSION);
+    outln!(
+        "  numerics       contract v{} (docs/numerics.md: the exact path's bits)",
+        detattn::CONTRACT_VERSION
+    );
     outln!("cpu");
     outln!("  model          {}", cpu["model"].as_str().unwrap_or("?"));
     outln!("  threads        {} (rayon pool)", cpu["threads"]);
@@ -41,6 +46,14 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
         outln!("  not compiled in (built without the `cuda` feature)");
         return Ok(ExitCode::SUCCESS);
     }
+    outln!(
+        "  architectures  {} (kernels shipped); run on {}; tensorcore golden digests for {}",
+        cuda["archs"].as_array().map_or("?".into(), |a| join(a)),
+        cuda["archs_run"].as_array().map_or("?".into(), |a| join(a)),
+        cuda["tensorcore_golden"]
+            .as_array()
+            .map_or("?".into(), |a| join(a)),
+    );
     match cuda["driver"].as_str() {
         Some(v) => outln!("  driver         CUDA {v}"),
         None => outln!(
@@ -137,15 +150,30 @@ fn cuda_info() -> Value {
     let cubins: Vec<_> = p
         .cubins
         .iter()
-        .map(
-            |c| json!({"file": c.file, "arch": c.arch, "sha256": c.sha256, "verified": c.verified,
-                       "loads_from": c.loads_from}),
-        )
+        .map(|c| {
+            json!({"file": c.file, "arch": c.arch, "sha256": c.sha256, "verified": c.verified,
+                       "loads_from": c.loads_from})
+        })
+        .collect();
+    let tc_golden: Vec<String> = detattn::golden::FILES
+        .iter()
+        .filter_map(|(_, t)| detattn::golden::parse(t).ok())
+        .filter(|f| f.path == detattn::Path::TensorCore)
+        .map(|f| f.architecture)
         .collect();
     json!({
         "compiled": true, "driver": driver, "driver_error": driver_error,
         "devices": devices, "cubins": cubins,
+        "archs": detattn::cuda::ARCHS, "archs_run": detattn::cuda::ARCHS_RUN,
+        "tensorcore_golden": tc_golden,
     })
+}
+
+fn join(a: &[Value]) -> String {
+    a.iter()
+        .map(|x| x.as_str().unwrap_or("?"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -4,7 +4,8 @@
 //! Exit codes: 0 success; 1 a runtime failure (no GPU where one was asked for, a CUDA error, a
 //! golden digest mismatch); 2 a usage or validation error (a bad flag, an invalid problem). Every
 //! error is printed as `error: <message>` on stderr; the program does not panic on user input.
-//! With `--json`, stdout holds exactly one JSON document (progress, if any, goes to stderr).
+//! With `--json`, stdout holds exactly one JSON document (progress, if any, goes to stderr), an
+//! error included: `{"error": {"kind": "usage" | "runtime", "message": "..."}}`.
 
 /// `println!` that ends the program quietly when stdout is closed (`detattn ... | head`) instead
 /// of panicking, as `println!` does on a broken pipe.
@@ -68,9 +69,13 @@ impl Failure {
             | E::TensorLength { .. }
             | E::MaskPresence { .. }
             | E::NonFinite { .. }
+            | E::TensorExtent { .. }
+            | E::OutputOverlap { .. }
+            | E::Misaligned { .. }
             | E::HeadDimUnsupported { .. }
-            | E::DTypeUnsupported { .. }
-            | E::PathUnavailable { .. } => Failure::Usage(msg),
+            | E::DTypeUnsupported { .. } => Failure::Usage(msg),
+            // The CLI's words for the remedy: a flag, not a Rust enum.
+            E::PathUnavailable { .. } => Failure::Usage(format!("{msg} (use --path exact)")),
             _ => Failure::Runtime(msg),
         }
     }
@@ -121,21 +126,27 @@ pub(crate) fn print_json(v: &serde_json::Value) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = match &cli.command {
+        Command::Run(a) => a.json(),
+        Command::Selftest(a) => a.json,
+        Command::Info(a) => a.json,
+        Command::Bench(a) => a.json(),
+    };
     let result = match cli.command {
         Command::Run(a) => run::main(a),
         Command::Selftest(a) => selftest::main(a),
         Command::Info(a) => info::main(a),
         Command::Bench(a) => bench::main(a),
     };
-    match result {
-        Ok(code) => code,
-        Err(Failure::Usage(m)) => {
-            eprintln!("error: {m}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Runtime(m)) => {
-            eprintln!("error: {m}");
-            ExitCode::from(1)
-        }
+    let (kind, message, code) = match result {
+        Ok(code) => return code,
+        Err(Failure::Usage(m)) => ("usage", m, 2),
+        Err(Failure::Runtime(m)) => ("runtime", m, 1),
+    };
+    if json {
+        print_json(&serde_json::json!({"error": {"kind": kind, "message": message}}));
+    } else {
+        eprintln!("error: {message}");
     }
+    ExitCode::from(code)
 }

@@ -4,7 +4,9 @@
 use crate::Failure;
 use clap::{Args, ValueEnum};
 use detattn::inputs::GenOptions;
-use detattn::{Backend, DType, Engine, MaskLayout, NonFinitePolicy, Path, Problem, Shape};
+use detattn::{
+    Backend, CausalAlign, DType, Engine, MaskLayout, NonFinitePolicy, Order, Path, Problem, Shape,
+};
 
 /// Which boolean mask to declare (its values come from the seeded generator).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -47,6 +49,15 @@ impl MaskArg {
     }
 }
 
+/// The causal alignment, as a flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AlignArg {
+    /// j + Sq <= i + L: the last query row sees every key.
+    BottomRight,
+    /// j <= i, as PyTorch's is_causal.
+    TopLeft,
+}
+
 /// The non-finite input policy, as a flag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum NonFiniteArg {
@@ -80,9 +91,18 @@ pub(crate) struct ProblemArgs {
     /// Element type: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     pub dtype: DType,
-    /// Causal masking, bottom-right aligned (the last query row sees every key).
+    /// Causal masking, bottom-right aligned by default (the last query row sees every key).
     #[arg(long)]
     pub causal: bool,
+    /// Where the causal diagonal sits: bottom-right (a KV cache: the last query row sees every
+    /// key) or top-left (PyTorch's is_causal: row i sees keys 0..=i).
+    #[arg(long, value_enum, default_value_t = AlignArg::BottomRight, requires = "causal")]
+    pub causal_align: AlignArg,
+    /// Memory layout of Q, K, V and the output: bhsd ([B, H, S, D]) or bshd ([B, S, H, D]). The
+    /// inputs are generated as always and placed in that layout; the digest is of the logical
+    /// [B, H, S, D] output, so it is the same for every layout.
+    #[arg(long, default_value = "bhsd")]
+    pub layout: Order,
     /// Boolean mask layout; its values are drawn from the seed (3/4 attend).
     #[arg(long, value_enum, default_value_t = MaskArg::None)]
     pub mask: MaskArg,
@@ -128,6 +148,10 @@ impl ProblemArgs {
         );
         let mut b = Problem::builder(shape)
             .causal(self.causal)
+            .causal_align(match self.causal_align {
+                AlignArg::BottomRight => CausalAlign::BottomRight,
+                AlignArg::TopLeft => CausalAlign::TopLeft,
+            })
             .nonfinite(match self.nonfinite {
                 NonFiniteArg::Reject => NonFinitePolicy::Reject,
                 NonFiniteArg::Propagate => NonFinitePolicy::Propagate,
@@ -146,6 +170,26 @@ impl ProblemArgs {
             b = b.scale(s);
         }
         Ok(b.build()?)
+    }
+
+    /// Place logical `[B, H, S, D]` q (`q == true`, also the output's layout) or k/v data in the
+    /// chosen layout: the buffer and its layout.
+    pub(crate) fn placed<T: Copy + Default>(
+        &self,
+        p: &Problem,
+        logical: &[T],
+        q: bool,
+    ) -> (Vec<T>, detattn::Layout) {
+        let s = p.shape();
+        let (heads, seq) = if q {
+            (s.q_heads, s.q_len)
+        } else {
+            (s.kv_heads, s.kv_len)
+        };
+        let dims = [s.batch, heads, seq, s.head_dim];
+        let l = detattn::Layout::contiguous(self.layout, heads, seq, s.head_dim);
+        let buf = detattn::tensor::scatter(logical, dims, l, logical.len(), T::default());
+        (buf, l)
     }
 
     /// The input generator's options.
@@ -170,7 +214,7 @@ impl ProblemArgs {
         match self.path {
             Path::Exact => Ok(()),
             #[cfg(feature = "cuda")]
-            Path::TensorCore => Ok(detattn::cuda::tensorcore_check(p, self.dtype)?),
+            Path::TensorCore => Ok(detattn::cuda::check_path(Path::TensorCore, p, self.dtype)?),
             // Without the feature no backend offers the path; `Engine::new` says why.
             #[cfg(not(feature = "cuda"))]
             Path::TensorCore => {

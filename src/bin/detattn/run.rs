@@ -4,7 +4,7 @@ use crate::problem_args::{ProblemArgs, check_memory, fmt_us, shape_json, shape_t
 use crate::{Failure, print_json};
 use clap::Args;
 use detattn::inputs::generate;
-use detattn::{DType, Element, Engine, Problem, bf16, f16};
+use detattn::{DType, Element, Engine, Problem, Qkv, Tensor, TensorMut, bf16, f16};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -20,6 +20,13 @@ struct Outcome {
     wall_us: f64,
     digest: String,
     nan_rows: usize,
+}
+
+impl RunArgs {
+    /// Whether `--json` was given (errors then come out as a JSON document too).
+    pub(crate) fn json(&self) -> bool {
+        self.problem.json
+    }
 }
 
 pub(crate) fn main(args: RunArgs) -> Result<ExitCode, Failure> {
@@ -39,6 +46,8 @@ pub(crate) fn main(args: RunArgs) -> Result<ExitCode, Failure> {
             "dtype": a.dtype.name(),
             "shape": shape_json(&p),
             "causal": p.causal(),
+            "causal_align": p.causal_align().name(),
+            "layout": a.layout.name(),
             "mask": a.mask.name(),
             "kv_lens": p.kv_lens(),
             "scale": p.scale(),
@@ -49,7 +58,12 @@ pub(crate) fn main(args: RunArgs) -> Result<ExitCode, Failure> {
             "digest": o.digest,
         }));
     } else {
-        let mut opts = vec![if p.causal() { "causal" } else { "not causal" }.to_string()];
+        let mut opts = vec![if p.causal() {
+            format!("causal ({})", p.causal_align().name())
+        } else {
+            "not causal".to_string()
+        }];
+        opts.push(format!("layout {}", a.layout.name()));
         opts.push(format!("mask {}", a.mask.name()));
         if let Some(l) = p.kv_lens() {
             opts.push(format!("kv_lens {l:?}"));
@@ -88,15 +102,22 @@ fn run_typed<T: Element>(
     engine: &Engine,
 ) -> Result<Outcome, Failure> {
     let x = generate::<T>(p, a.gen_options(a.seed));
+    // The inputs in the chosen layout (a no-op copy for bhsd); the output in the same layout.
+    let (q, ql) = a.placed(p, &x.q, true);
+    let (k, kl) = a.placed(p, &x.k, false);
+    let (v, _) = a.placed(p, &x.v, false);
+    let inputs = Qkv {
+        q: Tensor::new(&q, ql),
+        k: Tensor::new(&k, kl),
+        v: Tensor::new(&v, kl),
+        mask: x.mask.as_deref(),
+    };
+    let mut out = vec![T::default(); q.len()];
     let t = Instant::now();
-    let out = engine.run(p, &x.q, &x.k, &x.v, x.mask.as_deref())?;
+    engine.run_tensors(p, &inputs, TensorMut::new(&mut out, ql))?;
     let wall_us = t.elapsed().as_secs_f64() * 1e6;
     let s = p.shape();
-    let digest = detattn::digest(
-        engine.path(),
-        [s.batch, s.q_heads, s.q_len, s.head_dim],
-        &out,
-    );
+    let digest = detattn::digest_of(engine.path(), p, &Tensor::new(&out, ql))?;
     let nan_rows = out
         .chunks(s.head_dim)
         .filter(|r| r.iter().any(|x| x.to_f32().is_nan()))

@@ -1,14 +1,13 @@
-//! `detattn selftest`: every golden problem on every available backend, compared with the digests
-//! compiled into the binary (the same snapshot `cargo test` checks the CPU against). On a GPU the
-//! `TensorCore` path is checked too, separately: its golden problems (f16/bf16, head_dim 64, 128,
-//! 256) against the digests recorded for the GPU's architecture; where none are recorded, it says
-//! so and those runs are reported as not checked (not as passed).
+//! `detattn selftest`: every golden problem on every available backend and path, compared with
+//! the golden files compiled into the binary (`golden/`, the same files `cargo test` checks the
+//! CPU against). The `Exact` path is checked on the CPU and every supported GPU against one file;
+//! the `TensorCore` path on every GPU against the file recorded for its architecture — where none
+//! is recorded it says so and those runs are reported as not checked (not as passed).
 
 use crate::{Failure, print_json};
 use clap::Args;
-use detattn::golden::{self, GoldenCase};
+use detattn::golden::{self, GoldenCase, GoldenFile};
 use detattn::{Backend, Engine, Path};
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -48,15 +47,14 @@ pub(crate) struct SelftestArgs {
     backend: Which,
     /// Print one JSON document on stdout (progress goes to stderr).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
-/// The outcome of one case on one backend.
+/// The outcome of one case on one engine.
 enum Verdict {
     Ok,
-    /// Ran, but there is no recorded digest to compare with (TensorCore on an architecture
-    /// without a snapshot). Neither a pass nor a failure. Only a GPU produces it.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// Ran, but no digest is recorded to compare with (`TensorCore` on an architecture without a
+    /// golden file). Neither a pass nor a failure.
     Unchecked(String),
     Mismatch {
         expected: String,
@@ -71,50 +69,59 @@ struct CaseResult {
     seconds: f64,
 }
 
-struct BackendReport {
+/// One engine to check: a backend on a path, and the golden file its bits must match.
+struct Target {
+    label: String,
+    engine: Engine,
+    golden: Option<GoldenFile>,
+    /// Where the golden file would be for (`any` or `sm_XY`), for messages.
+    arch: String,
+}
+
+struct Report {
     label: String,
     description: String,
     results: Vec<CaseResult>,
 }
 
-impl BackendReport {
-    fn passed(&self) -> usize {
-        self.results
-            .iter()
-            .filter(|r| matches!(r.verdict, Verdict::Ok))
-            .count()
-    }
-    fn unchecked(&self) -> usize {
-        self.results
-            .iter()
-            .filter(|r| matches!(r.verdict, Verdict::Unchecked(_)))
-            .count()
+impl Report {
+    fn count(&self, f: impl Fn(&Verdict) -> bool) -> usize {
+        self.results.iter().filter(|r| f(&r.verdict)).count()
     }
 }
 
-/// The backends to check, plus notes on what was not checked and why.
+/// The engines to check, plus notes on what was not checked and why.
 struct Plan {
-    engines: Vec<(String, Engine)>,
-    /// `TensorCore` engines of the GPUs checked, with their architecture (none without CUDA).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    tc_engines: Vec<(String, Engine, &'static str)>,
+    targets: Vec<Target>,
     notes: Vec<String>,
     /// A GPU that should have worked did not open: a failure, not a note.
     failures: Vec<String>,
     gpus_checked: usize,
 }
 
+fn target(label: String, engine: Engine, arch: &str) -> Target {
+    Target {
+        golden: golden::expected(engine.path(), arch),
+        arch: if engine.path() == Path::Exact {
+            "any".into()
+        } else {
+            arch.to_string()
+        },
+        label,
+        engine,
+    }
+}
+
 fn plan(which: Which) -> Result<Plan, Failure> {
     let mut plan = Plan {
-        engines: vec![],
-        tc_engines: vec![],
+        targets: vec![],
         notes: vec![],
         failures: vec![],
         gpus_checked: 0,
     };
     if matches!(which, Which::All | Which::Cpu) {
-        plan.engines
-            .push(("cpu".into(), Engine::new(Backend::Cpu, Path::Exact)?));
+        let e = Engine::new(Backend::Cpu, Path::Exact)?;
+        plan.targets.push(target("cpu".into(), e, "any"));
     }
     if which != Which::Cpu {
         add_gpus(&mut plan, which)?;
@@ -146,8 +153,11 @@ fn add_gpus(plan: &mut Plan, which: Which) -> Result<(), Failure> {
         let label = format!("cuda:{}", d.ordinal);
         if !d.supported {
             let msg = format!(
-                "{label} {} is sm_{}{}, which has no embedded kernel: not checked",
-                d.name, d.major, d.minor
+                "{label} {} is sm_{}{}, which has no embedded kernel (detattn ships {}): not checked",
+                d.name,
+                d.major,
+                d.minor,
+                detattn::cuda::ARCHS.join(", ")
             );
             // Asked for by number: that is an error; found while looking for all: a note.
             if matches!(which, Which::Gpu(_)) {
@@ -156,25 +166,25 @@ fn add_gpus(plan: &mut Plan, which: Which) -> Result<(), Failure> {
             plan.notes.push(msg);
             continue;
         }
-        match Engine::new(Backend::Cuda(d.ordinal), Path::Exact) {
-            Ok(e) => {
-                plan.engines.push((label.clone(), e));
-                plan.gpus_checked += 1;
-                match Engine::new(Backend::Cuda(d.ordinal), Path::TensorCore) {
-                    Ok(t) => {
-                        let arch = t.cuda().map_or("unknown", |c| c.arch());
-                        plan.tc_engines.push((format!("{label} tc"), t, arch));
-                    }
-                    Err(e) => plan.failures.push(format!(
-                        "{label} {}: the tensorcore path could not be opened: {e}",
-                        d.name
-                    )),
+        let mut opened = false;
+        for path in Path::ALL {
+            match Engine::new(Backend::Cuda(d.ordinal), path) {
+                Ok(e) => {
+                    let arch = e.cuda().map_or("unknown", |c| c.arch());
+                    let l = match path {
+                        Path::Exact => label.clone(),
+                        Path::TensorCore => format!("{label} tc"),
+                    };
+                    plan.targets.push(target(l, e, arch));
+                    opened = true;
                 }
+                Err(e) => plan.failures.push(format!(
+                    "{label} {}: the {path} path could not be opened: {e}",
+                    d.name
+                )),
             }
-            Err(e) => plan
-                .failures
-                .push(format!("{label} {} could not be opened: {e}", d.name)),
         }
+        plan.gpus_checked += usize::from(opened);
     }
     if plan.gpus_checked == 0 && plan.failures.is_empty() && which != Which::All {
         return Err(Failure::Runtime(
@@ -204,19 +214,36 @@ fn no_gpu(plan: &mut Plan, which: Which, why: String) -> Result<(), Failure> {
     }
 }
 
+/// Every golden file must parse, and cover exactly the cases of its path.
+fn consistency(cases: &[GoldenCase]) -> Vec<String> {
+    let mut out = vec![];
+    for (file, text) in golden::FILES {
+        let f = match golden::parse(text) {
+            Ok(f) => f,
+            Err(e) => {
+                out.push(format!("golden/{file} does not parse: {e}"));
+                continue;
+            }
+        };
+        for (name, _) in &f.digests {
+            if !cases.iter().any(|c| c.name == name && c.runs_on(f.path)) {
+                out.push(format!("golden/{file} has a digest for {name}, which is not a golden case of the {} path", f.path));
+            }
+        }
+        for c in cases.iter().filter(|c| c.runs_on(f.path)) {
+            if f.digest(c.name).is_none() {
+                out.push(format!("golden/{file} has no digest for {}", c.name));
+            }
+        }
+    }
+    out
+}
+
 pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
     let plan = plan(args.backend)?;
     let cases = golden::cases();
-    let expected: BTreeMap<String, String> = golden::expected_digests().into_iter().collect();
-    let n = cases.len();
-
-    // The case list and the compiled-in snapshot must describe the same set.
-    let mut consistency: Vec<String> = expected
-        .keys()
-        .filter(|k| !cases.iter().any(|c| c.name == k.as_str()))
-        .map(|k| format!("the snapshot has a digest for {k}, which is not a golden case"))
-        .collect();
-    consistency.extend(plan.failures.iter().cloned());
+    let mut failures = consistency(&cases);
+    failures.extend(plan.failures.iter().cloned());
 
     let say = |line: String| {
         if args.json {
@@ -230,79 +257,105 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
         say(w);
     }
     say(format!(
-        "detattn {} selftest: {n} golden problems on the exact path (every backend), and on the \
-         tensorcore path those it takes (every GPU)",
-        env!("CARGO_PKG_VERSION")
+        "detattn {} selftest: {} golden problems (numerics contract v{}); the exact path on every \
+         backend, the tensorcore path on every GPU (the problems it takes)",
+        env!("CARGO_PKG_VERSION"),
+        cases.len(),
+        detattn::CONTRACT_VERSION
     ));
-    for (label, e) in &plan.engines {
-        say(format!("  backend {label:<7} {}", e.describe()));
+    for t in &plan.targets {
+        let against = match &t.golden {
+            Some(g) => format!("golden/{}.{}.txt ({})", g.path, g.architecture, g.contract)
+                .replace(".any.txt", ".txt"),
+            None => format!(
+                "NOT CHECKED: no {} digests are recorded for {} (its bits are per architecture); \
+                 the digests computed are printed",
+                t.engine.path(),
+                t.arch
+            ),
+        };
+        say(format!(
+            "  {:<9} {}  against {against}",
+            t.label,
+            t.engine.describe()
+        ));
     }
     for note in &plan.notes {
         say(format!("  note: {note}"));
     }
-    for f in &consistency {
+    for f in &failures {
         say(format!("  FAILURE: {f}"));
     }
 
     let name_w = cases.iter().map(|c| c.name.len()).max().unwrap_or(0);
-    let label_w = plan.engines.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    let label_w = plan
+        .targets
+        .iter()
+        .map(|t| t.label.len())
+        .max()
+        .unwrap_or(0);
     let mut reports = vec![];
-    for (label, engine) in &plan.engines {
+    for t in &plan.targets {
+        let mine: Vec<&GoldenCase> = cases
+            .iter()
+            .filter(|c| c.runs_on(t.engine.path()))
+            .collect();
+        let n = mine.len();
         let mut results = vec![];
-        for (i, case) in cases.iter().enumerate() {
-            let r = check(case, engine, expected.get(case.name));
+        for (i, case) in mine.into_iter().enumerate() {
+            let r = check(case, &t.engine, t.golden.as_ref());
             let status = match &r.verdict {
                 Verdict::Ok => "OK".to_string(),
-                Verdict::Unchecked(_) => "UNCHECKED".to_string(),
+                Verdict::Unchecked(d) => format!("UNCHECKED {d}"),
                 Verdict::Mismatch { .. } => "MISMATCH".to_string(),
                 Verdict::Error(_) => "ERROR".to_string(),
             };
             say(format!(
-                "[{:>w$}/{n}] {label:<label_w$}  {:<name_w$}  {status:<8} {:>8.1} ms",
+                "[{:>w$}/{n}] {:<label_w$}  {:<name_w$}  {:>8.1} ms  {status}",
                 i + 1,
+                t.label,
                 case.name,
                 r.seconds * 1e3,
                 w = n.to_string().len()
             ));
             match &r.verdict {
-                Verdict::Ok | Verdict::Unchecked(_) => {}
                 Verdict::Mismatch { expected, got } => {
                     say(format!("      expected {expected}"));
                     say(format!("      got      {got}"));
                 }
                 Verdict::Error(e) => say(format!("      {e}")),
+                _ => {}
             }
             results.push(r);
         }
-        reports.push(BackendReport {
-            label: label.clone(),
-            description: engine.describe(),
+        reports.push(Report {
+            label: t.label.clone(),
+            description: t.engine.describe(),
             results,
         });
     }
-    tensorcore_reports(&plan, &cases, &say, &mut reports);
 
-    let failed: usize = reports
+    let bad: usize = reports
         .iter()
-        .map(|r| r.results.len() - r.passed() - r.unchecked())
+        .map(|r| r.count(|v| matches!(v, Verdict::Mismatch { .. } | Verdict::Error(_))))
         .sum();
-    let ok = failed == 0 && consistency.is_empty() && !reports.is_empty();
+    let ok = bad == 0 && failures.is_empty() && !reports.is_empty();
     if args.json {
-        print_json(&json_report(&reports, &plan, &consistency, ok));
+        print_json(&json_report(&reports, &plan, &failures, ok));
     } else {
         outln!("summary");
         for r in &reports {
-            let unchecked = match r.unchecked() {
+            let unchecked = match r.count(|v| matches!(v, Verdict::Unchecked(_))) {
                 0 => String::new(),
                 u => format!(", {u} NOT CHECKED (no digests recorded for this architecture)"),
             };
             outln!(
                 "  {:<w$}  {}/{} OK{unchecked}  ({})",
                 r.label,
-                r.passed(),
+                r.count(|v| matches!(v, Verdict::Ok)),
                 r.results.len(),
                 r.description,
-                w = label_w + 3
+                w = label_w
             );
         }
         let gpus = if plan.gpus_checked == 0 {
@@ -312,13 +365,14 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
         };
         if ok {
             outln!(
-                "selftest PASSED: {n} cases on {} backend(s); {gpus}",
+                "selftest PASSED: {} golden problems on {} engine(s); {gpus}",
+                cases.len(),
                 reports.len()
             );
         } else {
             outln!(
-                "selftest FAILED: {failed} case run(s) did not match, {} other failure(s); {gpus}",
-                consistency.len()
+                "selftest FAILED: {bad} case run(s) did not match, {} other failure(s); {gpus}",
+                failures.len()
             );
         }
     }
@@ -329,17 +383,20 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
     })
 }
 
-fn check(case: &GoldenCase, engine: &Engine, expected: Option<&String>) -> CaseResult {
+fn check(case: &GoldenCase, engine: &Engine, golden: Option<&GoldenFile>) -> CaseResult {
     let t = Instant::now();
-    let got = case.run(engine);
+    let got = case.digest_on(engine);
     let seconds = t.elapsed().as_secs_f64();
-    let verdict = match (got, expected) {
+    let verdict = match (got, golden) {
         (Err(e), _) => Verdict::Error(e.to_string()),
-        (Ok(_), None) => Verdict::Error("no golden digest for this case in the snapshot".into()),
-        (Ok(d), Some(want)) if d.to_string() == *want => Verdict::Ok,
-        (Ok(d), Some(want)) => Verdict::Mismatch {
-            expected: want.clone(),
-            got: d.to_string(),
+        (Ok(d), None) => Verdict::Unchecked(d.to_string()),
+        (Ok(d), Some(g)) => match g.digest(case.name) {
+            None => Verdict::Error("no golden digest recorded for this case".into()),
+            Some(want) if want == d.to_string() => Verdict::Ok,
+            Some(want) => Verdict::Mismatch {
+                expected: want.to_string(),
+                got: d.to_string(),
+            },
         },
     };
     CaseResult {
@@ -350,9 +407,9 @@ fn check(case: &GoldenCase, engine: &Engine, expected: Option<&String>) -> CaseR
 }
 
 fn json_report(
-    reports: &[BackendReport],
+    reports: &[Report],
     plan: &Plan,
-    consistency: &[String],
+    failures: &[String],
     ok: bool,
 ) -> serde_json::Value {
     use serde_json::json;
@@ -365,11 +422,11 @@ fn json_report(
                 .map(|c| match &c.verdict {
                     Verdict::Ok => json!({"case": c.name, "status": "ok", "seconds": c.seconds}),
                     Verdict::Unchecked(got) => json!({
-                        "case": c.name, "status": "unchecked", "got": got, "seconds": c.seconds,
+                        "case": c.name, "status": "unchecked", "got": got, "seconds": c.seconds
                     }),
                     Verdict::Mismatch { expected, got } => json!({
                         "case": c.name, "status": "mismatch", "expected": expected, "got": got,
-                        "seconds": c.seconds,
+                        "seconds": c.seconds
                     }),
                     Verdict::Error(e) => {
                         json!({"case": c.name, "status": "error", "error": e, "seconds": c.seconds})
@@ -378,96 +435,18 @@ fn json_report(
                 .collect();
             json!({
                 "backend": r.label, "description": r.description,
-                "passed": r.passed(), "total": r.results.len(), "cases": cases,
+                "passed": r.count(|v| matches!(v, Verdict::Ok)), "total": r.results.len(),
+                "cases": cases,
             })
         })
         .collect();
     json!({
         "ok": ok,
         "override_capable": crate::override_capable(),
+        "contract_version": detattn::CONTRACT_VERSION,
         "backends": backends,
         "gpus_checked": plan.gpus_checked,
         "notes": plan.notes,
-        "failures": consistency,
+        "failures": failures,
     })
-}
-
-/// The `TensorCore` path of every GPU checked: its golden problems against the digests recorded
-/// for the GPU's architecture (reported as not checked where there are none).
-fn tensorcore_reports(
-    plan: &Plan,
-    cases: &[GoldenCase],
-    say: &dyn Fn(String),
-    reports: &mut Vec<BackendReport>,
-) {
-    #[cfg(feature = "cuda")]
-    for (label, engine, arch) in &plan.tc_engines {
-        use detattn::cuda;
-        let expected: Option<BTreeMap<String, String>> =
-            cuda::tensorcore_expected_digests(arch).map(|v| v.into_iter().collect());
-        let tc_cases: Vec<&GoldenCase> = cases
-            .iter()
-            .filter(|c| cuda::tensorcore_supports(c))
-            .collect();
-        say(format!(
-            "  tensorcore path on {label} ({arch}): {} golden problems (f16/bf16, head_dim 64/128/256); {}",
-            tc_cases.len(),
-            match &expected {
-                Some(e) => format!(
-                    "checked against the {} digests recorded for {arch}",
-                    e.len()
-                ),
-                None => format!(
-                    "NOT CHECKED: no tensorcore digests are recorded for {arch} (its bits are per \
-                     architecture); the digests computed are printed"
-                ),
-            }
-        ));
-        let n = tc_cases.len();
-        let mut results = vec![];
-        for (i, case) in tc_cases.into_iter().enumerate() {
-            let t = Instant::now();
-            let got = cuda::golden_digest(case, engine);
-            let seconds = t.elapsed().as_secs_f64();
-            let verdict = match (got, &expected) {
-                (Err(e), _) => Verdict::Error(e.to_string()),
-                (Ok(d), None) => Verdict::Unchecked(d.to_string()),
-                (Ok(d), Some(exp)) => match exp.get(case.name) {
-                    None => Verdict::Error("no tensorcore digest recorded for this case".into()),
-                    Some(want) if *want == d.to_string() => Verdict::Ok,
-                    Some(want) => Verdict::Mismatch {
-                        expected: want.clone(),
-                        got: d.to_string(),
-                    },
-                },
-            };
-            let status = match &verdict {
-                Verdict::Ok => "OK".to_string(),
-                Verdict::Unchecked(d) => format!("UNCHECKED {d}"),
-                Verdict::Mismatch { expected, got } => {
-                    format!("MISMATCH expected {expected} got {got}")
-                }
-                Verdict::Error(e) => format!("ERROR {e}"),
-            };
-            say(format!(
-                "[{:>w$}/{n}] {label}  {:<36}  {:>8.1} ms  {status}",
-                i + 1,
-                case.name,
-                seconds * 1e3,
-                w = n.to_string().len()
-            ));
-            results.push(CaseResult {
-                name: case.name,
-                verdict,
-                seconds,
-            });
-        }
-        reports.push(BackendReport {
-            label: label.clone(),
-            description: engine.describe(),
-            results,
-        });
-    }
-    #[cfg(not(feature = "cuda"))]
-    let _ = (plan, cases, say, reports);
 }

@@ -1,0 +1,423 @@
+//! The entry points of every GPU path, written once: host slices in and out, device-resident
+//! tensors on the caller's stream, a timed launch, and the benchmark. Each drives a [`GpuPath`]
+//! through the same steps (`path.rs`); the only `unsafe` here is the call of `launch::submit`,
+//! after the checks its contract names.
+//!
+//! The order of the checks is the crate's one order (`tensor.rs`): the tensors' extents (the
+//! engine does it for host slices, [`run_device`] here), then what the path takes (its plan), then
+//! the devices, then device memory, then the non-finite policy.
+#![allow(unsafe_code)]
+
+use super::drv;
+use super::guards::Guards;
+use super::launch::{self, Launch, RawStream};
+use super::path::{DevTensor, DeviceQkv, DeviceTensorMut, GpuPath, Io, Step};
+use super::timing::{self, BenchOptions, BenchResult};
+use crate::dtype::Element;
+use crate::error::{Error, Result, TensorName};
+use crate::problem::{NonFinitePolicy, Problem};
+use crate::tensor::{self, Fit, Layout, Operand, Operands, Qkv, TensorMut};
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError};
+use std::sync::Arc;
+
+/// An opened GPU: its context, the stream the host entry points use, and what it is.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub ordinal: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub name: String,
+    pub arch: &'static str,
+}
+
+impl Device {
+    /// `needed` bytes of new allocations must fit in what the driver reports free, else
+    /// [`Error::DeviceMemory`] before anything is allocated.
+    fn reserve(&self, needed: u64) -> Result<()> {
+        let (free, _) = launch::memory(&self.ctx)?;
+        if needed > free {
+            return Err(Error::DeviceMemory {
+                ordinal: self.ordinal,
+                needed,
+                free,
+            });
+        }
+        Ok(())
+    }
+
+    /// An allocation's driver error: out of memory is [`Error::DeviceMemory`] (another process
+    /// may have taken memory since [`Device::reserve`]), anything else [`Error::Cuda`].
+    fn alloc_err(&self, needed: u64) -> impl Fn(DriverError) -> Error + '_ {
+        move |e| {
+            if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                let free = launch::memory(&self.ctx).map_or(0, |m| m.0);
+                Error::DeviceMemory {
+                    ordinal: self.ordinal,
+                    needed,
+                    free,
+                }
+            } else {
+                drv("cuMemAlloc")(e)
+            }
+        }
+    }
+
+    /// The key lengths of `p` (`B` ints; `kv_len` where the problem gives none) on the device.
+    fn kv_lens(&self, p: &Problem) -> Result<CudaSlice<i32>> {
+        let lens: Vec<i32> = (0..p.shape().batch)
+            .map(|b| p.kv_len_of(b) as i32)
+            .collect();
+        self.stream.clone_htod(&lens).map_err(drv("cuMemcpyHtoD"))
+    }
+
+    /// Zeroed scratch buffers of these sizes.
+    fn scratch(&self, sizes: &[usize]) -> Result<Vec<CudaSlice<u8>>> {
+        let total = sizes.iter().sum::<usize>() as u64;
+        sizes
+            .iter()
+            .map(|&n| {
+                self.stream
+                    .alloc_zeros::<u8>(n.max(1))
+                    .map_err(self.alloc_err(total))
+            })
+            .collect()
+    }
+
+    fn check_context(&self, tensor: TensorName, ctx: &Arc<CudaContext>) -> Result<()> {
+        if ctx.ordinal() != self.ordinal || ctx.cu_ctx() != self.ctx.cu_ctx() {
+            return Err(Error::WrongDevice {
+                tensor,
+                ordinal: self.ordinal,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_stream(&self, stream: &CudaStream) -> Result<()> {
+        if stream.context().cu_ctx() != self.ctx.cu_ctx() {
+            return Err(Error::Cuda {
+                op: "stream check",
+                message: format!(
+                    "the stream belongs to another context than cuda:{}",
+                    self.ordinal
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Enqueue `launches` on `stream`.
+    ///
+    /// # Safety
+    /// As [`launch::submit`]: the addresses inside the launches are live allocations of this
+    /// device, large enough for the problem they were planned for, and alive until the stream
+    /// has run them.
+    unsafe fn submit(&self, stream: &CudaStream, launches: &[Launch]) -> Result<()> {
+        self.check_stream(stream)?;
+        // SAFETY: the stream belongs to this device's context (checked above); the rest is the
+        // caller's contract, the same as submit's.
+        unsafe { launch::submit(&self.ctx, RawStream::of(stream), launches) }
+    }
+}
+
+/// The bytes of the three check words at the start of scratch buffer 0, read after the stream
+/// has run the `Check` step, and the one decision on them.
+fn decide(dev: &Device, scratch: &CudaSlice<u8>) -> Result<()> {
+    let words: Vec<u8> = dev
+        .stream
+        .clone_dtoh(scratch)
+        .map_err(drv("cuMemcpyDtoH"))?;
+    dev.stream
+        .synchronize()
+        .map_err(drv("kernel execution (non-finite scan)"))?;
+    let flag = |i: usize| {
+        u32::from_le_bytes([
+            words[4 * i],
+            words[4 * i + 1],
+            words[4 * i + 2],
+            words[4 * i + 3],
+        ])
+    };
+    let names = [TensorName::Q, TensorName::K, TensorName::V];
+    match (0..3).find(|&i| flag(i) != 0) {
+        Some(i) => Err(Error::NonFinite { tensor: names[i] }),
+        None => Ok(()),
+    }
+}
+
+/// Host slices in and out. The engine has checked the tensors (`tensor::check_call`); the rest of
+/// the validation happens here, before any upload: the path's plan, then device memory, then
+/// under `Reject` the host scan of every element. `out` is written only after everything
+/// succeeded, and only its rows.
+pub(crate) fn run_host<P: GpuPath, T: Element>(
+    dev: &Device,
+    path: &P,
+    p: &Problem,
+    x: &Qkv<'_, T>,
+    out: TensorMut<'_, T>,
+) -> Result<()> {
+    let s = *p.shape();
+    let (qd, _) = tensor::dims(p);
+    let staged = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+    let ops = Operands {
+        q: (&x.q).into(),
+        k: (&x.k).into(),
+        v: (&x.v).into(),
+        mask: x.mask.map(<[bool]>::len),
+        out: Operand {
+            len: s.q_elems(),
+            layout: staged,
+        },
+    };
+    let plan = path.plan(p, T::DTYPE, &ops)?;
+    let sizes = path.scratch(p, &plan, false);
+    // The uploads: each distinct input buffer once (q, k, v may be views of one fused buffer).
+    let bufs: Vec<&[T]> = {
+        let mut v: Vec<&[T]> = Vec::new();
+        for b in [x.q.data, x.k.data, x.v.data] {
+            if !v.iter().any(|u| std::ptr::eq(*u, b)) {
+                v.push(b);
+            }
+        }
+        v
+    };
+    let elem = T::DTYPE.size() as u64;
+    let needed = bufs.iter().map(|b| b.len() as u64 * elem).sum::<u64>()
+        + s.q_elems() as u64 * elem
+        + x.mask.map_or(0, |m| m.len() as u64)
+        + 4 * s.batch as u64
+        + sizes.iter().sum::<usize>() as u64;
+    dev.reserve(needed)?;
+    if p.nonfinite() == NonFinitePolicy::Reject {
+        tensor::reject_nonfinite(p, x)?;
+    }
+    let st = &dev.stream;
+    let up = |b: &[T]| {
+        st.clone_htod(bytemuck::cast_slice::<T, u8>(b))
+            .map_err(dev.alloc_err(needed))
+    };
+    let dbufs: Vec<CudaSlice<u8>> = bufs.iter().map(|b| up(b)).collect::<Result<_>>()?;
+    let which = |b: &[T]| bufs.iter().position(|u| std::ptr::eq(*u, b)).unwrap_or(0);
+    let dmask = match x.mask {
+        Some(m) => {
+            let bytes: Vec<u8> = m.iter().map(|&b| u8::from(b)).collect();
+            Some(st.clone_htod(&bytes).map_err(dev.alloc_err(needed))?)
+        }
+        None => None,
+    };
+    let mut dout = st
+        .alloc_zeros::<u8>(s.q_elems() * T::DTYPE.size())
+        .map_err(dev.alloc_err(needed))?;
+    let lens = dev.kv_lens(p)?;
+    let mut sc = dev.scratch(&sizes)?;
+    {
+        let mut g = Guards::default();
+        let addrs: Vec<u64> = dbufs.iter().map(|b| g.r(b, st)).collect();
+        let e = elem as usize;
+        let io = Io {
+            q: DevTensor::new(addrs[which(x.q.data)], x.q.layout, e),
+            k: DevTensor::new(addrs[which(x.k.data)], x.k.layout, e),
+            v: DevTensor::new(addrs[which(x.v.data)], x.v.layout, e),
+            out: DevTensor::new(g.w(&mut dout, st), staged, e),
+            mask: dmask.as_ref().map_or(0, |m| g.r(m, st)),
+            kv_lens: g.r(&lens, st),
+        };
+        let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
+        let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
+        // SAFETY: every address in `io` is a buffer allocated above at the size of the host
+        // slice it mirrors, which tensor::check_call checked against the layouts (the output:
+        // q_elems elements at the contiguous layout `staged`); the key lengths hold B ints; the
+        // scratch buffers have the sizes the plan asked for. The guards in `g` keep them alive
+        // and ordered until the stream has run the launches.
+        unsafe { dev.submit(st, &launches)? };
+    }
+    let mut staged_out = vec![T::default(); s.q_elems()];
+    st.memcpy_dtoh(&dout, bytemuck::cast_slice_mut::<T, u8>(&mut staged_out))
+        .map_err(drv("cuMemcpyDtoH"))?;
+    st.synchronize().map_err(drv("kernel execution"))?;
+    place(&staged_out, qd, out);
+    Ok(())
+}
+
+/// Copy a contiguous `[B, H, S, D]` result into the rows of `out`.
+fn place<T: Copy>(staged: &[T], [_, h, s, d]: [usize; 4], out: TensorMut<'_, T>) {
+    for (r, row) in staged.chunks_exact(d).enumerate() {
+        let o = out.layout.row(r / (h * s), (r / s) % h, r % s);
+        out.data[o..o + d].copy_from_slice(row);
+    }
+}
+
+/// The operands of a device call, for `tensor::check_call` and the path's plan.
+fn device_operands<T>(x: &DeviceQkv<'_, T>, out: &DeviceTensorMut<'_, T>) -> Operands {
+    let op = |len: usize, layout: Layout| Operand { len, layout };
+    Operands {
+        q: op(x.q.data.len(), x.q.layout),
+        k: op(x.k.data.len(), x.k.layout),
+        v: op(x.v.data.len(), x.v.layout),
+        mask: x.mask.map(|m| m.len()),
+        out: op(out.data.len(), out.layout),
+    }
+}
+
+/// What a device call has allocated and which steps it runs, after its checks.
+struct DeviceCall<Pl> {
+    plan: Pl,
+    lens: CudaSlice<i32>,
+    scratch: Vec<CudaSlice<u8>>,
+    check: bool,
+}
+
+/// Every check of a device call in the crate's order, then its allocations.
+fn prepare_device<P: GpuPath, T: Element>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    x: &DeviceQkv<'_, T>,
+    out: &DeviceTensorMut<'_, T>,
+) -> Result<DeviceCall<P::Plan>> {
+    let ops = device_operands(x, out);
+    tensor::check_call(p, &ops, Fit::AtLeast)?;
+    let plan = path.plan(p, T::DTYPE, &ops)?;
+    dev.check_stream(stream)?;
+    dev.check_context(TensorName::Q, x.q.data.context())?;
+    dev.check_context(TensorName::K, x.k.data.context())?;
+    dev.check_context(TensorName::V, x.v.data.context())?;
+    if let Some(m) = x.mask {
+        dev.check_context(TensorName::Mask, m.context())?;
+    }
+    dev.check_context(TensorName::Out, out.data.context())?;
+    let check = p.nonfinite() == NonFinitePolicy::Reject;
+    let sizes = path.scratch(p, &plan, check);
+    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * p.shape().batch as u64)?;
+    Ok(DeviceCall {
+        plan,
+        lens: dev.kv_lens(p)?,
+        scratch: dev.scratch(&sizes)?,
+        check,
+    })
+}
+
+fn device_io<'a, T>(
+    g: &mut Guards<'a>,
+    st: &'a CudaStream,
+    x: &'a DeviceQkv<'_, T>,
+    out: &'a mut DeviceTensorMut<'_, T>,
+    lens: &'a CudaSlice<i32>,
+) -> Io {
+    let e = std::mem::size_of::<T>();
+    Io {
+        q: DevTensor::new(g.r(x.q.data, st), x.q.layout, e),
+        k: DevTensor::new(g.r(x.k.data, st), x.k.layout, e),
+        v: DevTensor::new(g.r(x.v.data, st), x.v.layout, e),
+        out: DevTensor::new(g.w(out.data, st), out.layout, e),
+        mask: x.mask.map_or(0, |m| g.r(m, st)),
+        kv_lens: g.r(lens, st),
+    }
+}
+
+/// Device-resident tensors on `stream` (asynchronous: synchronise the stream before reading the
+/// output). Under `Reject` the path's own device scan runs first (every element read, three words
+/// back, one decision; this waits for the scan) and nothing is written if an input is
+/// non-finite; under `Propagate` the policy's work is enqueued with the kernel.
+pub(crate) fn run_device<P: GpuPath, T: Element + DeviceRepr>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    x: &DeviceQkv<'_, T>,
+    mut out: DeviceTensorMut<'_, T>,
+) -> Result<()> {
+    let mut c = prepare_device(dev, path, stream, p, x, &out)?;
+    let steps: &[Step] = if c.check {
+        &[Step::Check, Step::Compute { checked: true }]
+    } else {
+        &[Step::Compute { checked: false }]
+    };
+    for &step in steps {
+        {
+            let mut g = Guards::default();
+            let io = device_io(&mut g, stream, x, &mut out, &c.lens);
+            let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
+            let launches = path.launches(p, &c.plan, &io, &scratch, step)?;
+            // SAFETY: the caller's buffers live on this device (checked) and hold what their
+            // layouts reach (tensor::check_call); the key lengths hold B ints; the scratch
+            // buffers have the plan's sizes. The guards keep them alive and ordered until the
+            // stream has run the launches.
+            unsafe { dev.submit(stream, &launches)? };
+        }
+        if step == Step::Check {
+            decide(dev, &c.scratch[0])?;
+        }
+    }
+    Ok(())
+}
+
+/// Microseconds (CUDA events on `stream`) of exactly the GPU work [`run_device`] enqueues for
+/// this problem and policy, without the host's `Reject` decision in between (the scan and then
+/// the kernel), so the time covers the same launches whatever the values. Scratch is allocated
+/// before the first event. For timing harnesses (the constant-time test).
+pub(crate) fn time_launch<P: GpuPath, T: Element + DeviceRepr>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    x: &DeviceQkv<'_, T>,
+    mut out: DeviceTensorMut<'_, T>,
+) -> Result<f32> {
+    let mut c = prepare_device(dev, path, stream, p, x, &out)?;
+    let (e0, e1) = (timing::event(stream)?, timing::event(stream)?);
+    let mut g = Guards::default();
+    let io = device_io(&mut g, stream, x, &mut out, &c.lens);
+    let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
+    let mut launches = Vec::new();
+    if c.check {
+        launches.extend(path.launches(p, &c.plan, &io, &scratch, Step::Check)?);
+    }
+    let step = Step::Compute { checked: c.check };
+    launches.extend(path.launches(p, &c.plan, &io, &scratch, step)?);
+    e0.record(stream).map_err(drv("cuEventRecord"))?;
+    // SAFETY: as in run_device: checked buffers of this device, scratch of the plan's sizes,
+    // kept alive and ordered by the guards until the stream has run the launches.
+    unsafe { dev.submit(stream, &launches)? };
+    e1.record(stream).map_err(drv("cuEventRecord"))?;
+    drop(g);
+    e1.synchronize().map_err(drv("kernel execution"))?;
+    let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
+    Ok(ms * 1000.0)
+}
+
+/// The benchmark protocol of `timing.rs` on one path: seeded input sets in `opts.order`, the
+/// output poisoned, and per sample `per_sample` calls of the GPU work one host call runs (without
+/// uploads; under `Reject` without the scan, the inputs being finite; under `Propagate` with the
+/// policy's work).
+pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr>(
+    dev: &Device,
+    path: &P,
+    p: &Problem,
+    opts: &BenchOptions,
+) -> Result<BenchResult> {
+    let st = &dev.stream;
+    let sets = timing::input_sets::<T>(st, p, opts)?;
+    let mut out = timing::poisoned_output::<T>(st, p)?;
+    let ol = timing::layout(p, opts.order, true);
+    let ops = device_operands(&sets[0].qkv(), &DeviceTensorMut::new(&mut out, ol));
+    tensor::check_call(p, &ops, Fit::AtLeast)?;
+    let plan = path.plan(p, T::DTYPE, &ops)?;
+    let sizes = path.scratch(p, &plan, false);
+    let lens = dev.kv_lens(p)?;
+    let mut sc = dev.scratch(&sizes)?;
+    timing::sample(st, opts, |i| {
+        let x = sets[i].qkv();
+        let mut o = DeviceTensorMut::new(&mut out, ol);
+        let mut g = Guards::default();
+        let io = device_io(&mut g, st, &x, &mut o, &lens);
+        let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
+        let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
+        // SAFETY: the input sets and the output were allocated for this problem's layouts
+        // (checked above), the scratch at the plan's sizes, all on this device; the guards keep
+        // them alive and ordered until the stream has run the launches.
+        unsafe { dev.submit(st, &launches) }
+    })
+}

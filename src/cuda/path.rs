@@ -1,0 +1,157 @@
+//! What a GPU path is: one small interface the entry points (`entry.rs`) drive, written once for
+//! every path. A path *plans* a call (checks what it takes — element type, head dim, alignment,
+//! launch limits — and fixes the kernel choice and grid from the shape alone), says which
+//! *scratch* buffers the plan needs, and turns one *step* of the call into a list of [`Launch`]es:
+//! plain data, which only `launch::submit` runs. A third path (the Hopper kernels) is one more
+//! module implementing [`GpuPath`] and one more arm where `CudaBackend` picks the path.
+
+use super::launch::Launch;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::problem::Problem;
+use crate::tensor::{Layout, Operands};
+use cudarc::driver::CudaSlice;
+
+/// A device tensor as the kernels take it: the address of element `(0, 0, 0, 0)` (the layout's
+/// offset folded in) and the element strides of batch, head and row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DevTensor {
+    pub addr: u64,
+    pub bs: i64,
+    pub hs: i64,
+    pub ss: i64,
+}
+
+impl DevTensor {
+    /// The tensor at `layout` in the buffer at `base`, of `elem` bytes per element. The layout was
+    /// checked against the buffer (`tensor::check_call`), so the offset fits.
+    pub(crate) fn new(base: u64, layout: Layout, elem: usize) -> DevTensor {
+        DevTensor {
+            addr: base + (layout.offset * elem) as u64,
+            bs: layout.batch_stride as i64,
+            hs: layout.head_stride as i64,
+            ss: layout.seq_stride as i64,
+        }
+    }
+
+    /// A contiguous `[B, heads, seq, d]` tensor at `addr`.
+    pub(crate) fn bhsd(addr: u64, heads: usize, seq: usize, d: usize) -> DevTensor {
+        DevTensor::new(addr, Layout::bhsd(heads, seq, d), 0)
+    }
+}
+
+/// The device addresses of one call: the caller's tensors and the key lengths (`B` ints, always
+/// present: the entry points upload them, `kv_len` where the problem gives none). `mask` is 0
+/// without a mask.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Io {
+    pub q: DevTensor,
+    pub k: DevTensor,
+    pub v: DevTensor,
+    pub out: DevTensor,
+    pub mask: u64,
+    pub kv_lens: u64,
+}
+
+/// One step of a call. Every path runs the same steps, so the entry points are written once:
+/// - `Check`: the device non-finite scan of q, k and v (`Reject` on device-resident inputs): it
+///   reads every element and leaves three words (q, k, v: nonzero if that tensor holds a NaN or
+///   ±inf) at the start of scratch buffer 0, for the host to decide once;
+/// - `Compute`: everything else of the call (the policy's own work under `Propagate` included).
+///   `checked`: a `Check` of this call ran before on the same scratch (its preparation may be
+///   reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Check,
+    Compute { checked: bool },
+}
+
+/// A GPU path (module docs).
+pub(crate) trait GpuPath {
+    /// The launch plan of one problem (shape-derived, public data only).
+    type Plan;
+
+    /// Check what this path takes beyond the problem's and the tensors' own validation (in that
+    /// order the entry points call them), and plan the call.
+    fn plan(&self, p: &Problem, dtype: DType, ops: &Operands) -> Result<Self::Plan>;
+
+    /// Bytes of each scratch buffer a call of `plan` needs (zeroed before use); `check`: the call
+    /// runs [`Step::Check`] too, whose three words go to the start of buffer 0.
+    fn scratch(&self, p: &Problem, plan: &Self::Plan, check: bool) -> Vec<usize>;
+
+    /// The launches of `step`, in order. Addresses: `io` (the tensors), `scratch` (the buffers of
+    /// [`GpuPath::scratch`], in order).
+    fn launches(
+        &self,
+        p: &Problem,
+        plan: &Self::Plan,
+        io: &Io,
+        scratch: &[u64],
+        step: Step,
+    ) -> Result<Vec<Launch>>;
+}
+
+/// A tensor in device memory: a cudarc allocation and where the tensor's elements lie in it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTensor<'a, T> {
+    /// The buffer (it may hold more than this tensor, e.g. a fused QKV buffer).
+    pub data: &'a CudaSlice<T>,
+    /// Where the elements are.
+    pub layout: Layout,
+}
+
+/// The output in device memory. Only its rows are written.
+#[derive(Debug)]
+pub struct DeviceTensorMut<'a, T> {
+    /// The buffer.
+    pub data: &'a mut CudaSlice<T>,
+    /// Where the rows go.
+    pub layout: Layout,
+}
+
+/// The inputs of one call in device memory: Q, K, V (any layouts) and the optional mask, one
+/// byte per entry (nonzero = attend), dense `[B or 1, Hq or 1, Sq, Skv]`.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceQkv<'a, T> {
+    /// Queries, logically `[B, Hq, Sq, D]`.
+    pub q: DeviceTensor<'a, T>,
+    /// Keys, logically `[B, Hkv, Skv, D]`.
+    pub k: DeviceTensor<'a, T>,
+    /// Values, logically `[B, Hkv, Skv, D]`.
+    pub v: DeviceTensor<'a, T>,
+    /// The mask, if the problem declares one.
+    pub mask: Option<&'a CudaSlice<u8>>,
+}
+
+impl<'a, T> DeviceTensor<'a, T> {
+    /// A device tensor with this layout.
+    pub fn new(data: &'a CudaSlice<T>, layout: Layout) -> Self {
+        DeviceTensor { data, layout }
+    }
+}
+
+impl<'a, T> DeviceTensorMut<'a, T> {
+    /// A device output with this layout.
+    pub fn new(data: &'a mut CudaSlice<T>, layout: Layout) -> Self {
+        DeviceTensorMut { data, layout }
+    }
+}
+
+impl<'a, T> DeviceQkv<'a, T> {
+    /// Contiguous `[B, H, S, D]` buffers of `p`'s shape.
+    pub fn bhsd(
+        p: &Problem,
+        q: &'a CudaSlice<T>,
+        k: &'a CudaSlice<T>,
+        v: &'a CudaSlice<T>,
+        mask: Option<&'a CudaSlice<u8>>,
+    ) -> Self {
+        let s = p.shape();
+        DeviceQkv {
+            q: DeviceTensor::new(q, Layout::bhsd(s.q_heads, s.q_len, s.head_dim)),
+            k: DeviceTensor::new(k, Layout::bhsd(s.kv_heads, s.kv_len, s.head_dim)),
+            v: DeviceTensor::new(v, Layout::bhsd(s.kv_heads, s.kv_len, s.head_dim)),
+            mask,
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! How the tensors of a call lie in memory, and the one check of them against a [`Problem`].
+//!
+//! Every tensor is logically `[B, H, S, D]` (Q and the output: `H = q_heads`, `S = q_len`; K and
+//! V: `H = kv_heads`, `S = kv_len`). A [`Layout`] says where element `(b, h, s, d)` is:
+//! `offset + b·batch_stride + h·head_stride + s·seq_stride + d` — the head dimension D is always
+//! contiguous. That covers contiguous `[B, H, S, D]` ([`Layout::bhsd`]), contiguous
+//! `[B, S, H, D]` ([`Layout::bshd`], what FlashAttention, vLLM and most model code hold), and
+//! views, e.g. Q, K and V as three views into one fused QKV buffer ([`Layout::with_offset`]).
+//! **The output bits never depend on the layouts**: every path reads the same logical elements
+//! and writes the same logical rows (a test holds the layouts to the same bits).
+//!
+//! Input views may overlap or repeat (a stride of 0 reads the same row again); the output's rows
+//! must not overlap ([`Error::OutputOverlap`]), and nothing outside the output's rows is written
+//! (elements between them are left as they were).
+//!
+//! [`check_call`] is the validation every entry point runs first, host or device, CPU or GPU,
+//! in one order: the extents of q, k, v against their buffers, then the mask, then the output's
+//! extent and its rows' disjointness. The path's own limits (dtype, head dim, alignment) follow,
+//! then (device entry points) the devices, then the non-finite policy.
+
+use crate::dtype::Element;
+use crate::error::{Error, Result, TensorName};
+use crate::problem::Problem;
+
+/// Where the elements of a logical `[B, H, S, D]` tensor lie in its buffer (element units; D is
+/// contiguous). See the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// Element index of `(0, 0, 0, 0)`.
+    pub offset: usize,
+    /// Elements between batch elements.
+    pub batch_stride: usize,
+    /// Elements between heads.
+    pub head_stride: usize,
+    /// Elements between sequence positions (rows).
+    pub seq_stride: usize,
+}
+
+/// The two contiguous orders of a `[B, H, S, D]` tensor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// `[B, H, S, D]`, row-major: heads outermost after the batch.
+    #[default]
+    Bhsd,
+    /// `[B, S, H, D]`, row-major: the heads of one position side by side.
+    Bshd,
+}
+
+impl Order {
+    /// `bhsd` or `bshd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Bhsd => "bhsd",
+            Order::Bshd => "bshd",
+        }
+    }
+}
+
+impl std::str::FromStr for Order {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "bhsd" => Ok(Order::Bhsd),
+            "bshd" => Ok(Order::Bshd),
+            _ => Err(format!("unknown layout {s:?}: expected bhsd or bshd")),
+        }
+    }
+}
+
+impl Layout {
+    /// Contiguous `[B, H, S, D]` for `heads` heads of `seq` rows of `head_dim` elements.
+    pub fn bhsd(heads: usize, seq: usize, head_dim: usize) -> Layout {
+        Layout {
+            offset: 0,
+            batch_stride: heads.saturating_mul(seq).saturating_mul(head_dim),
+            head_stride: seq.saturating_mul(head_dim),
+            seq_stride: head_dim,
+        }
+    }
+
+    /// Contiguous `[B, S, H, D]`.
+    pub fn bshd(heads: usize, seq: usize, head_dim: usize) -> Layout {
+        Layout {
+            offset: 0,
+            batch_stride: seq.saturating_mul(heads).saturating_mul(head_dim),
+            head_stride: head_dim,
+            seq_stride: heads.saturating_mul(head_dim),
+        }
+    }
+
+    /// The contiguous layout of `order`.
+    pub fn contiguous(order: Order, heads: usize, seq: usize, head_dim: usize) -> Layout {
+        match order {
+            Order::Bhsd => Layout::bhsd(heads, seq, head_dim),
+            Order::Bshd => Layout::bshd(heads, seq, head_dim),
+        }
+    }
+
+    /// The same strides, starting `offset` elements into the buffer.
+    pub fn with_offset(self, offset: usize) -> Layout {
+        Layout { offset, ..self }
+    }
+
+    /// The element index of `(b, h, s, 0)`: the start of that row. Only meaningful for indices
+    /// inside a shape the layout was checked against (then it cannot overflow).
+    pub fn row(&self, b: usize, h: usize, s: usize) -> usize {
+        self.offset + b * self.batch_stride + h * self.head_stride + s * self.seq_stride
+    }
+
+    /// One past the largest element index of a `[b, h, s, d]` tensor, or `None` if it overflows.
+    /// `Some(0)` when any dimension is 0.
+    pub fn extent(&self, [b, h, s, d]: [usize; 4]) -> Option<usize> {
+        if b == 0 || h == 0 || s == 0 || d == 0 {
+            return Some(0);
+        }
+        let last = [
+            (b, self.batch_stride),
+            (h, self.head_stride),
+            (s, self.seq_stride),
+        ]
+        .iter()
+        .try_fold(self.offset, |acc, &(n, st)| {
+            acc.checked_add((n - 1).checked_mul(st)?)
+        })?;
+        last.checked_add(d)
+    }
+
+    /// Whether the rows of a `[b, h, s, d]` tensor are pairwise disjoint (each row's D elements
+    /// belong to it alone). Dimensions of size 1 are ignored; the others, sorted by stride, must
+    /// each step over everything the smaller ones span.
+    pub fn rows_disjoint(&self, [b, h, s, d]: [usize; 4]) -> bool {
+        let mut dims: Vec<(usize, usize)> = [(b, self.batch_stride), (h, self.head_stride)]
+            .into_iter()
+            .chain([(s, self.seq_stride)])
+            .filter(|&(n, _)| n > 1)
+            .map(|(n, st)| (st, n))
+            .collect();
+        dims.sort_unstable();
+        let mut span = d; // elements one row (then one block of rows) covers
+        for (stride, n) in dims {
+            if stride < span {
+                return false;
+            }
+            match stride.checked_mul(n - 1).and_then(|x| x.checked_add(span)) {
+                Some(x) => span = x,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// `[b, h, s]` strides and offset, for messages.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "strides (b {}, h {}, s {}, d 1) from offset {}",
+            self.batch_stride, self.head_stride, self.seq_stride, self.offset
+        )
+    }
+
+    /// Whether this is the contiguous `[B, H, S, D]` layout of `dims`, from offset 0.
+    pub fn is_bhsd(&self, [_, h, s, d]: [usize; 4]) -> bool {
+        *self == Layout::bhsd(h, s, d)
+    }
+}
+
+/// A tensor on the host: its buffer and where its elements lie in it.
+#[derive(Clone, Copy, Debug)]
+pub struct Tensor<'a, T> {
+    /// The buffer (it may hold more than this tensor, e.g. a fused QKV buffer).
+    pub data: &'a [T],
+    /// Where the elements are.
+    pub layout: Layout,
+}
+
+/// The output on the host: its buffer and where its rows go. Only the rows are written.
+#[derive(Debug)]
+pub struct TensorMut<'a, T> {
+    /// The buffer.
+    pub data: &'a mut [T],
+    /// Where the rows go.
+    pub layout: Layout,
+}
+
+impl<'a, T> Tensor<'a, T> {
+    /// A tensor with this layout.
+    pub fn new(data: &'a [T], layout: Layout) -> Self {
+        Tensor { data, layout }
+    }
+}
+
+impl<'a, T> TensorMut<'a, T> {
+    /// An output with this layout.
+    pub fn new(data: &'a mut [T], layout: Layout) -> Self {
+        TensorMut { data, layout }
+    }
+}
+
+/// The inputs of one call on the host: Q, K, V (any layouts) and the optional boolean mask
+/// (dense `[B or 1, Hq or 1, Sq, Skv]`, `true` = attend).
+#[derive(Clone, Copy, Debug)]
+pub struct Qkv<'a, T> {
+    /// Queries, logically `[B, Hq, Sq, D]`.
+    pub q: Tensor<'a, T>,
+    /// Keys, logically `[B, Hkv, Skv, D]`.
+    pub k: Tensor<'a, T>,
+    /// Values, logically `[B, Hkv, Skv, D]`.
+    pub v: Tensor<'a, T>,
+    /// The mask, if the problem declares one.
+    pub mask: Option<&'a [bool]>,
+}
+
+impl<'a, T> Qkv<'a, T> {
+    /// Contiguous `[B, H, S, D]` slices of `p`'s shape.
+    pub fn bhsd(p: &Problem, q: &'a [T], k: &'a [T], v: &'a [T], mask: Option<&'a [bool]>) -> Self {
+        let s = p.shape();
+        Qkv {
+            q: Tensor::new(q, Layout::bhsd(s.q_heads, s.q_len, s.head_dim)),
+            k: Tensor::new(k, Layout::bhsd(s.kv_heads, s.kv_len, s.head_dim)),
+            v: Tensor::new(v, Layout::bhsd(s.kv_heads, s.kv_len, s.head_dim)),
+            mask,
+        }
+    }
+}
+
+/// One tensor of a call as [`check_call`] sees it: its buffer length and layout.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operand {
+    pub len: usize,
+    pub layout: Layout,
+}
+
+impl<T> From<&Tensor<'_, T>> for Operand {
+    fn from(t: &Tensor<'_, T>) -> Self {
+        Operand {
+            len: t.data.len(),
+            layout: t.layout,
+        }
+    }
+}
+
+impl<T> From<&TensorMut<'_, T>> for Operand {
+    fn from(t: &TensorMut<'_, T>) -> Self {
+        Operand {
+            len: t.data.len(),
+            layout: t.layout,
+        }
+    }
+}
+
+/// The operands of one call, whatever memory they live in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operands {
+    pub q: Operand,
+    pub k: Operand,
+    pub v: Operand,
+    /// The mask's length in entries, if one was given.
+    pub mask: Option<usize>,
+    pub out: Operand,
+}
+
+/// How strictly a buffer must fit its tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// The slice is exactly the contiguous tensor (the `&[T]` entry points: a longer slice is a
+    /// caller's mistake worth reporting).
+    Exact,
+    /// The buffer holds at least every element the layout reaches (views into larger buffers).
+    AtLeast,
+}
+
+/// The dims `[B, H, S, D]` of q (and out), and of k and v.
+pub(crate) fn dims(p: &Problem) -> ([usize; 4], [usize; 4]) {
+    let s = p.shape();
+    (
+        [s.batch, s.q_heads, s.q_len, s.head_dim],
+        [s.batch, s.kv_heads, s.kv_len, s.head_dim],
+    )
+}
+
+/// The one validation of a call's tensors (module docs), before any work and any write.
+pub(crate) fn check_call(p: &Problem, ops: &Operands, fit: Fit) -> Result<()> {
+    let (qd, kd) = dims(p);
+    check_one(TensorName::Q, qd, &ops.q, fit)?;
+    check_one(TensorName::K, kd, &ops.k, fit)?;
+    check_one(TensorName::V, kd, &ops.v, fit)?;
+    check_mask(p, ops.mask)?;
+    match fit {
+        Fit::AtLeast => check_output_extent(qd, ops.out),
+        // A contiguous [B, H, S, D] slice: its rows are disjoint by construction.
+        Fit::Exact => check_one(TensorName::Out, qd, &ops.out, fit),
+    }
+}
+
+/// The output check of [`check_call`] alone (extent and disjoint rows), for readers of an output
+/// such as [`crate::digest_of`].
+pub(crate) fn check_output_extent(d: [usize; 4], out: Operand) -> Result<()> {
+    check_one(TensorName::Out, d, &out, Fit::AtLeast)?;
+    if !out.layout.rows_disjoint(d) {
+        return Err(Error::OutputOverlap {
+            layout: out.layout.describe(),
+        });
+    }
+    Ok(())
+}
+
+fn check_one(tensor: TensorName, d: [usize; 4], op: &Operand, fit: Fit) -> Result<()> {
+    let needed = op.layout.extent(d).ok_or_else(|| Error::SizeOverflow {
+        tensor,
+        what: format!("{d:?} with {}", op.layout.describe()),
+    })?;
+    let shape = format!("{d:?}");
+    match fit {
+        Fit::Exact if op.len != needed => Err(Error::TensorLength {
+            tensor,
+            expected: needed,
+            got: op.len,
+            shape,
+        }),
+        Fit::AtLeast if op.len < needed => Err(Error::TensorExtent {
+            tensor,
+            needed,
+            got: op.len,
+            shape,
+            layout: op.layout.describe(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn check_mask(p: &Problem, mask: Option<usize>) -> Result<()> {
+    match (p.mask().is_some(), mask) {
+        (true, Some(got)) => {
+            let d = p.mask_dims();
+            let expected = d.iter().product();
+            if got != expected {
+                return Err(Error::TensorLength {
+                    tensor: TensorName::Mask,
+                    expected,
+                    got,
+                    shape: format!("{d:?}"),
+                });
+            }
+            Ok(())
+        }
+        (false, None) => Ok(()),
+        (declared, _) => Err(Error::MaskPresence {
+            declared: if declared {
+                "declares"
+            } else {
+                "does not declare"
+            },
+            given: if declared { "do not give" } else { "give" },
+        }),
+    }
+}
+
+/// §7 `Reject`: read every (logical) element of q, k and v, then decide once:
+/// [`Error::NonFinite`] naming the first of q, k, v that holds a NaN or ±inf. Whatever the
+/// layouts, only the tensors' own elements are read (a fused buffer's other parts are not).
+/// Inputs must have passed [`check_call`]. (docs/numerics.md §7)
+pub(crate) fn reject_nonfinite<T: Element>(p: &Problem, x: &Qkv<'_, T>) -> Result<()> {
+    use rayon::prelude::*;
+    let (qd, kd) = dims(p);
+    let scan = |t: &Tensor<'_, T>, [b, h, s, d]: [usize; 4]| -> u32 {
+        (0..b * h * s)
+            .into_par_iter()
+            .with_min_len(256)
+            .map(|r| {
+                let start = t.layout.row(r / (h * s), (r / s) % h, r % s);
+                t.data[start..start + d]
+                    .iter()
+                    .fold(0u32, |a, e| a | crate::numerics::nonfinite_mask(e.to_f32()))
+            })
+            .reduce(|| 0, |a, b| a | b)
+    };
+    let flags = [
+        (TensorName::Q, scan(&x.q, qd)),
+        (TensorName::K, scan(&x.k, kd)),
+        (TensorName::V, scan(&x.v, kd)),
+    ];
+    match flags.iter().find(|(_, f)| *f != 0) {
+        Some((tensor, _)) => Err(Error::NonFinite { tensor: *tensor }),
+        None => Ok(()),
+    }
+}
+
+/// `logical` (contiguous `[B, H, S, D]` of `dims`) placed into a new buffer of `len` elements
+/// (at least the layout's extent; the rest `fill`) at `layout`. For tests, the CLI and
+/// benchmarks that want inputs in another layout.
+pub fn scatter<T: Copy>(
+    logical: &[T],
+    dims: [usize; 4],
+    layout: Layout,
+    len: usize,
+    fill: T,
+) -> Vec<T> {
+    let mut buf = vec![fill; len];
+    let [b, h, s, d] = dims;
+    for bi in 0..b {
+        for hi in 0..h {
+            for si in 0..s {
+                let src = ((bi * h + hi) * s + si) * d;
+                let dst = layout.row(bi, hi, si);
+                buf[dst..dst + d].copy_from_slice(&logical[src..src + d]);
+            }
+        }
+    }
+    buf
+}
+
+/// The logical contiguous `[B, H, S, D]` elements of a tensor at `layout` in `buf`.
+pub fn gather<T: Copy>(buf: &[T], dims: [usize; 4], layout: Layout) -> Vec<T> {
+    let [b, h, s, d] = dims;
+    let mut out = Vec::with_capacity(b * h * s * d);
+    for bi in 0..b {
+        for hi in 0..h {
+            for si in 0..s {
+                let r = layout.row(bi, hi, si);
+                out.extend_from_slice(&buf[r..r + d]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_layouts_address_every_element_once() {
+        let dims = [2, 3, 5, 4];
+        for l in [Layout::bhsd(3, 5, 4), Layout::bshd(3, 5, 4)] {
+            assert_eq!(l.extent(dims), Some(120));
+            assert!(l.rows_disjoint(dims));
+            let mut seen = [0u8; 120];
+            for b in 0..2 {
+                for h in 0..3 {
+                    for s in 0..5 {
+                        for d in 0..4 {
+                            seen[l.row(b, h, s) + d] += 1;
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "{l:?}");
+        }
+    }
+
+    #[test]
+    fn fused_qkv_views_are_disjoint_and_reach_their_extent() {
+        // [B=2, S=5, 3, H=4, D=8]: Q, K, V interleaved per position.
+        let (b, s, h, d) = (2, 5, 4, 8);
+        let row = 3 * h * d;
+        let base = Layout {
+            offset: 0,
+            batch_stride: s * row,
+            head_stride: d,
+            seq_stride: row,
+        };
+        for which in 0..3 {
+            let l = base.with_offset(which * h * d);
+            assert!(l.rows_disjoint([b, h, s, d]));
+            assert_eq!(
+                l.extent([b, h, s, d]),
+                Some(b * s * row - (2 - which) * h * d)
+            );
+        }
+    }
+
+    #[test]
+    fn overlapping_rows_are_detected() {
+        let d = 8;
+        // seq stride shorter than a row
+        let l = Layout {
+            offset: 0,
+            batch_stride: 1000,
+            head_stride: 100,
+            seq_stride: 4,
+        };
+        assert!(!l.rows_disjoint([1, 1, 2, d]));
+        // a stride of 0 repeats rows
+        let l = Layout {
+            offset: 0,
+            batch_stride: 0,
+            head_stride: 8,
+            seq_stride: 16,
+        };
+        assert!(!l.rows_disjoint([2, 2, 2, d]));
+        // heads interleaved inside the sequence stride but colliding with the next position
+        let l = Layout {
+            offset: 0,
+            batch_stride: 1000,
+            head_stride: 8,
+            seq_stride: 16,
+        };
+        assert!(!l.rows_disjoint([1, 3, 2, d]));
+        assert!(l.rows_disjoint([1, 2, 2, d]));
+        // size-1 dimensions may have any stride
+        let l = Layout {
+            offset: 0,
+            batch_stride: 0,
+            head_stride: 0,
+            seq_stride: 8,
+        };
+        assert!(l.rows_disjoint([1, 1, 7, d]));
+    }
+
+    #[test]
+    fn extent_overflow_is_none() {
+        let l = Layout {
+            offset: 1,
+            batch_stride: usize::MAX,
+            head_stride: 1,
+            seq_stride: 1,
+        };
+        assert_eq!(l.extent([2, 1, 1, 1]), None);
+        assert_eq!(l.extent([1, 1, 1, 1]), Some(2));
+    }
+
+    #[test]
+    fn scatter_then_gather_is_the_identity() {
+        let dims = [2, 3, 4, 5];
+        let logical: Vec<u32> = (0..120).collect();
+        let l = Layout::bshd(3, 4, 5).with_offset(7);
+        let buf = scatter(&logical, dims, l, 7 + 120 + 3, u32::MAX);
+        assert_eq!(buf[..7], [u32::MAX; 7]);
+        assert_eq!(gather(&buf, dims, l), logical);
+    }
+}

@@ -377,6 +377,16 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             }
         }
         Class::Zeros => {
+            // A quarter of the tiles: every product a negative zero (A +0, B −0), c = ±0, the
+            // case where IEEE addition would keep −0.
+            if r.chance(1, 4) {
+                a.fill(0);
+                bt.fill(0x8000);
+                for x in c.iter_mut() {
+                    *x = (r.bit() as u32) << 31;
+                }
+                return;
+            }
             for i in 0..m {
                 let all_zero = r.chance(1, 4);
                 for k in 0..16 {

@@ -162,7 +162,9 @@ pub enum Raw {
     Inf { neg: bool },
     /// `value = s · 2^lsb` exactly (s already holds the truncated terms' exact sum).
     /// `all_neg_zero`: no nonzero term and every term (products and c) is a negative zero.
-    Sum { s: i64, lsb: i32, all_neg_zero: bool },
+    /// `e_max`: the largest term exponent before the floor (`i32::MIN` if every term is zero),
+    /// so that a caller can tell whether another floor would change anything.
+    Sum { s: i64, lsb: i32, all_neg_zero: bool, e_max: i32 },
 }
 
 /// One output element: `d = a[0..K]·b[0..K] + c` (K = 16, or a multiple of `p.block`).
@@ -244,7 +246,7 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
     }
     if e_max == i32::MIN {
         // Every term is zero.
-        return Raw::Sum { s: 0, lsb: 0, all_neg_zero };
+        return Raw::Sum { s: 0, lsb: 0, all_neg_zero, e_max };
     }
     let e = e_max.max(p.e_floor);
     let lsb = e - p.frac_bits as i32;
@@ -264,7 +266,7 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
         };
         s += if neg { -(mag as i64) } else { mag as i64 };
     }
-    Raw::Sum { s, lsb, all_neg_zero }
+    Raw::Sum { s, lsb, all_neg_zero, e_max }
 }
 
 /// Step 6: round the exact sum to an f32 bit pattern.
@@ -272,7 +274,7 @@ pub fn finish(raw: Raw, p: &Params) -> u32 {
     match raw {
         Raw::Nan => NAN_BITS,
         Raw::Inf { neg } => INF_BITS | ((neg as u32) << 31),
-        Raw::Sum { s, lsb, all_neg_zero } => {
+        Raw::Sum { s, lsb, all_neg_zero, .. } => {
             if s == 0 {
                 return if !p.zero_plus && all_neg_zero { 0x8000_0000 } else { 0 };
             }

@@ -42,7 +42,7 @@ fi
 if has mma; then
   for instr in mma wgmma; do
     stamp "mma --instr $instr"
-    timeout "$(left 150)" "$T" mma --instr $instr --cubin "$W/probe.sm_90a.cubin" --out "$OUT" > "/tmp/h14-$instr.txt" 2>&1
+    timeout "$(left 150)" "$T" mma --instr $instr --seed "${SEED:-14}" --cubin "$W/probe.sm_90a.cubin" --out "$OUT" > "/tmp/h14-$instr.txt" 2>&1
     echo "mma --instr $instr rc=$?" | tee -a "$SUM"
     grep -v '^      tile' "/tmp/h14-$instr.txt" | sed -n '1,60p'
     grep '^      tile' "/tmp/h14-$instr.txt" | head -24
@@ -70,7 +70,7 @@ if has bench; then
   stamp bench
   B="$OUT/bench.jsonl"
   : > "$B"
-  for rep in 1 2; do
+  for rep in $(seq 1 "${REPS:-2}"); do
     for w in W2 W2c W3c; do
       case $w in
         W2)  shape="--batch 4 --q-heads 16 --q-len 4096 --head-dim 128" ;;
@@ -82,7 +82,7 @@ if has bench; then
         s=$(left 40)
         if [ "$s" -lt 10 ]; then echo "$rep $w $k: skipped (deadline)"; continue; fi
         j=$(timeout "$s" "${env[@]}" "$D" bench --path tensorcore --dtype bf16 --backend cuda $shape \
-              --warmup 5 --iters 30 --rotate 4 --per-sample 10 --json 2>/tmp/h14-bench.err | tail -1)
+              --warmup 5 --iters 30 --rotate 4 --per-sample 10 --json 2>/tmp/h14-bench.err | tr -d '\n')
         [ -n "$j" ] || { echo "bench $rep $w $k failed:"; tail -3 /tmp/h14-bench.err; }
         echo "{\"rep\":$rep,\"w\":\"$w\",\"k\":\"$k\",\"t\":$SECONDS,\"r\":${j:-null}}" >> "$B"
         echo "$rep $w $k t=${SECONDS}s $(echo "$j" | head -c 100)"
@@ -95,13 +95,13 @@ if has bench; then
     s=$(left 30)
     [ "$s" -lt 5 ] && break
     timeout "$s" "${env[@]}" "$D" run --path tensorcore --dtype bf16 --backend cuda --batch 1 --q-heads 16 --q-len 2048 \
-      --head-dim 128 --causal --json 2>/dev/null | tail -1 | sed "s/^/run $k: /" | tee -a "$SUM"
+      --head-dim 128 --causal --json 2>/dev/null | tr -d '\n ' | sed "s/^/run $k: /;s/$/\n/" | tee -a "$SUM"
   done
   python3 - "$B" <<'EOF' | tee -a "$SUM"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ok = [r for r in rows if r["r"]]
-print("bench (median us per launch, 30 samples x 10 launches; rep 1 / rep 2; ratio to base by rep):")
+print("bench (median us per launch, 30 samples x 10 launches; by repetition; ratio to base by repetition):")
 for w in ["W2", "W2c", "W3c"]:
     base = {r["rep"]: r["r"]["median_us"] for r in ok if r["w"] == w and r["k"] == "base"}
     for k in ["base", "v1", "v3", "v2"]:

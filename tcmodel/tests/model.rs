@@ -148,6 +148,19 @@ fn bf16_overflow_and_underflow() {
     // 2^-70 · 2^-70 = 2^-140: a subnormal result (2^9 units of 2^-149).
     a[0] = bf(false, -70, 0);
     assert_eq!(run(InType::Bf16, &a, &a, 0.0, &H100), 1 << 9);
+    // −2^-75 · 2^-75 = −2^-150: E = −133 (the floor), unit 2^-158, the sum is −256 units, exactly
+    // −2^-150; toward zero in f32 (subnormal unit 2^-149) that is zero, and the H100 writes +0
+    // (measured), where IEEE truncation would keep −0.
+    let mut b = [0u16; 16];
+    a[0] = bf(true, -75, 0);
+    b[0] = bf(false, -75, 0);
+    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &H100), 0);
+    let signed = Params { underflow_signed: true, ..H100 };
+    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &signed), 0x8000_0000);
+    // The same with c = −0 and with c = −(smallest subnormal) = −2^-149: −2^-150 − 2^-149 =
+    // −1.5 · 2^-149 truncates to −2^-149 (a nonzero result keeps its sign).
+    assert_eq!(run(InType::Bf16, &a, &b, -0.0, &H100), 0);
+    assert_eq!(run(InType::Bf16, &a, &b, -f32::from_bits(1), &H100), 0x8000_0001);
 }
 
 #[test]
@@ -199,6 +212,7 @@ fn variants() -> Vec<Params> {
     v.push(Params { normalized_exp: true, ..H100 });
     v.push(Params { overflow_inf: false, ..H100 });
     v.push(Params { zero_plus: false, ..H100 });
+    v.push(Params { underflow_signed: true, ..H100 });
     v
 }
 
@@ -247,4 +261,29 @@ fn planted_fault_is_caught() {
         }
     }
     assert!(differ > 10, "only {differ} differences");
+}
+
+/// Known answers from the hardware: every case where the first GPU run (NVIDIA H100 80GB HBM3,
+/// driver 580.159.04, 2026-11-24) disagreed with the model as published (−0 for a negative sum
+/// truncated to zero). Records of 88 bytes (tcharness mma's dump format): dtype, instruction,
+/// class, pad, tile u32, i u16, j u16, a[16] u16, b[16] u16, c u32, hardware d u32, old model u32.
+/// The measured model must give the hardware's bits on every one of them.
+#[test]
+fn hardware_known_answers_from_the_first_run() {
+    let mut n = 0;
+    for f in ["h100-2026-11-24-run1-bf16-mma.bin", "h100-2026-11-24-run1-bf16-wgmma.bin"] {
+        let b = std::fs::read(format!("{}/tests/data/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        assert_eq!(b.len() % 88, 0);
+        for r in b.chunks(88) {
+            let t = if r[0] == 1 { InType::Bf16 } else { InType::F16 };
+            let u16s: Vec<u16> = r[12..76].chunks(2).map(|x| u16::from_le_bytes([x[0], x[1]])).collect();
+            let w = |o: usize| u32::from_le_bytes(r[o..o + 4].try_into().unwrap());
+            let (c, hw, old) = (w(76), w(80), w(84));
+            assert_ne!(hw, old);
+            assert_eq!(mma::mma_elem(t, &u16s[..16], &u16s[16..], c, &H100), hw, "record {n}");
+            assert_eq!(reference::mma_elem(t, &u16s[..16], &u16s[16..], c, &H100), hw, "record {n}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 607 + 1803);
 }

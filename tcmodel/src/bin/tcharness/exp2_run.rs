@@ -214,8 +214,10 @@ pub fn main(gpu: &Gpu, cubin: &[u8]) -> R<bool> {
             // The check can fail: a CPU function with one coefficient bit flipped.
             let pl = cpu_hashes(Fun::Planted);
             let differ = (0..CHUNKS).filter(|&k| g[k] != pl[k]).count();
-            println!("exp2 planted fault (last bit of C5 flipped on the CPU side): {differ} of {CHUNKS} chunks differ (must be most)");
-            ok &= differ > CHUNKS / 2;
+            // One ulp of the top coefficient moves p(r) by at most 2^-23 · C5 · r^5 ≈ 1e-11: only
+            // some outputs change, so some chunks (first run: 25 of 256) must differ, not all.
+            println!("exp2 planted fault (last bit of C5 flipped on the CPU side): {differ} of {CHUNKS} chunks differ (must be > 0)");
+            ok &= differ > 0;
         }
     }
     // 2. Element-wise on a few chunks (the hash is not vacuous; NaN behaviour shown).

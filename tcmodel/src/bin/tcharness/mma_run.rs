@@ -29,7 +29,7 @@ fn cheap_variants() -> Vec<(String, Params)> {
     let mut v = vec![
         ("overflow->FLT_MAX".to_string(), Params { overflow_inf: false, ..H100 }),
         ("exact zero: IEEE sign".to_string(), Params { zero_plus: false, ..H100 }),
-        ("underflow->+0".to_string(), Params { underflow_signed: false, ..H100 }),
+        ("underflow keeps its sign (-0)".to_string(), Params { underflow_signed: true, ..H100 }),
         ("floor none".to_string(), Params { e_floor: i32::MIN, ..H100 }),
     ];
     for f in (-160..=-120).rev() {

@@ -18,7 +18,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -28,22 +28,22 @@ impl Rng {
     /// Uniform in [lo, hi] (inclusive).
     pub fn range(&mut self, lo: i32, hi: i32) -> i32 {
         debug_assert!(lo <= hi);
-        lo + (self.next() % ((hi - lo + 1) as u64)) as i32
+        lo + (self.next_u64() % ((hi - lo + 1) as u64)) as i32
     }
     /// True with probability num/den.
     pub fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.next() % den < num
+        self.next_u64() % den < num
     }
     pub fn bit(&mut self) -> bool {
-        self.next() & 1 == 1
+        self.next_u64() & 1 == 1
     }
 }
 
 /// The seed of tile `tile` of `class` for format `t` and instruction `instr` (0 mma, 1 wgmma).
 pub fn tile_seed(base: u64, t: InType, instr: u32, class: Class, tile: u64) -> u64 {
     let mut r = Rng::new(base ^ ((class as u64) << 40) ^ ((instr as u64) << 56) ^ ((t as u64) << 60));
-    r.next();
-    r.next() ^ tile.wrapping_mul(0xd134_2543_de82_ef95)
+    r.next_u64();
+    r.next_u64() ^ tile.wrapping_mul(0xd134_2543_de82_ef95)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -130,7 +130,7 @@ fn value(t: InType, neg: bool, e: i32, mant: u32) -> u16 {
 fn rnd(t: InType, r: &mut Rng, lo: i32, hi: i32) -> u16 {
     let e = r.range(lo, hi);
     let neg = r.bit();
-    let m = r.next() as u32;
+    let m = r.next_u64() as u32;
     value(t, neg, e, m)
 }
 
@@ -149,7 +149,7 @@ fn f32_bits(neg: bool, e: i32, mant: u32) -> u32 {
 fn rnd_f32(r: &mut Rng, lo: i32, hi: i32) -> u32 {
     let e = r.range(lo, hi);
     let neg = r.bit();
-    f32_bits(neg, e, r.next() as u32)
+    f32_bits(neg, e, r.next_u64() as u32)
 }
 
 /// Unbiased exponent `ea + eb` of the largest nonzero product of row `a` and column `b`
@@ -158,10 +158,11 @@ fn max_pe(t: InType, a: &[u16], b: &[u16]) -> Option<i32> {
     use crate::mma::Operand::Finite;
     let mut m = None;
     for (&x, &y) in a.iter().zip(b) {
-        if let (Finite { sig: s1, exp: e1, .. }, Finite { sig: s2, exp: e2, .. }) = (t.decode(x), t.decode(y)) {
-            if s1 != 0 && s2 != 0 {
-                m = Some(m.map_or(e1 + e2, |v: i32| v.max(e1 + e2)));
-            }
+        if let (Finite { sig: s1, exp: e1, .. }, Finite { sig: s2, exp: e2, .. }) = (t.decode(x), t.decode(y))
+            && s1 != 0
+            && s2 != 0
+        {
+            m = Some(m.map_or(e1 + e2, |v: i32| v.max(e1 + e2)));
         }
     }
     m
@@ -194,7 +195,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
         }
         Class::WideExp => {
             for x in a.iter_mut().chain(bt.iter_mut()) {
-                *x = if r.chance(1, 20) { value(t, r.bit(), lo - r.range(1, 9), r.next() as u32) } else { rnd(t, r, wlo, whi) };
+                *x = if r.chance(1, 20) { value(t, r.bit(), lo - r.range(1, 9), r.next_u64() as u32) } else { rnd(t, r, wlo, whi) };
             }
             for x in c.iter_mut() {
                 *x = if r.chance(1, 10) { 0 } else { rnd_f32(r, (2 * wlo).max(-140), (2 * whi + 2).min(127)) };
@@ -212,13 +213,13 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             for i in 0..m {
                 for k in 0..16 {
                     let d = if r.chance(1, 8) { 0 } else { r.range(0, 14) };
-                    a[i * 16 + k] = normal(t, r.bit(), rb[i] - d, r.next() as u32);
+                    a[i * 16 + k] = normal(t, r.bit(), rb[i] - d, r.next_u64() as u32);
                 }
             }
             for j in 0..8 {
                 for k in 0..16 {
                     let d = if r.chance(1, 8) { 0 } else { r.range(0, 14) };
-                    bt[j * 16 + k] = normal(t, r.bit(), cb[j] - d, r.next() as u32);
+                    bt[j * 16 + k] = normal(t, r.bit(), cb[j] - d, r.next_u64() as u32);
                 }
             }
             for i in 0..m {
@@ -253,7 +254,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                             InType::F16 => r.range(lo - 3, -8),
                             InType::Bf16 => r.range(-30, -8),
                         };
-                        (value(t, r.bit(), e, r.next() as u32), value(t, r.bit(), e - r.range(0, 4), r.next() as u32))
+                        (value(t, r.bit(), e, r.next_u64() as u32), value(t, r.bit(), e - r.range(0, 4), r.next_u64() as u32))
                     };
                     a[i * 16 + 2 * q] = x;
                     a[i * 16 + 2 * q + 1] = y;
@@ -300,7 +301,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                 for j in 0..8 {
                     let pe = max_pe(t, &a[i * 16..i * 16 + 16], &bt[j * 16..j * 16 + 16]).unwrap_or(0);
                     let d = r.range(-1, 4); // product at 2^(ec − 23 − d): d = 1 is half an ulp
-                    c[i * 8 + j] = f32_bits(r.bit(), pe + 23 + d, r.next() as u32);
+                    c[i * 8 + j] = f32_bits(r.bit(), pe + 23 + d, r.next_u64() as u32);
                 }
             }
         }
@@ -309,7 +310,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                 InType::F16 => {
                     for x in a.iter_mut().chain(bt.iter_mut()) {
                         *x = match r.range(0, 4) {
-                            0 | 1 => value(t, r.bit(), lo - r.range(1, 10), r.next() as u32),
+                            0 | 1 => value(t, r.bit(), lo - r.range(1, 10), r.next_u64() as u32),
                             2 | 3 => rnd(t, r, lo, lo + 4),
                             _ => zero(r),
                         };
@@ -319,7 +320,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                     let regime = r.range(0, 2);
                     for x in a.iter_mut().chain(bt.iter_mut()) {
                         *x = match regime {
-                            0 => value(t, r.bit(), lo - r.range(-25, 7), r.next() as u32),
+                            0 => value(t, r.bit(), lo - r.range(-25, 7), r.next_u64() as u32),
                             1 => rnd(t, r, -82, -58),
                             _ => rnd(t, r, -126, -30),
                         };
@@ -329,7 +330,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             for x in c.iter_mut() {
                 *x = match r.range(0, 3) {
                     0 => (r.bit() as u32) << 31,
-                    1 => f32_bits(r.bit(), -126 - r.range(1, 23), r.next() as u32),
+                    1 => f32_bits(r.bit(), -126 - r.range(1, 23), r.next_u64() as u32),
                     2 => rnd_f32(r, -126, -110),
                     _ => rnd_f32(r, -60, -20),
                 };
@@ -351,14 +352,14 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                 }
                 InType::F16 => {
                     for x in a.iter_mut().chain(bt.iter_mut()) {
-                        *x = if r.bit() { value(t, r.bit(), lo - r.range(1, 10), r.next() as u32) } else { rnd(t, r, lo, lo + 6) };
+                        *x = if r.bit() { value(t, r.bit(), lo - r.range(1, 10), r.next_u64() as u32) } else { rnd(t, r, lo, lo + 6) };
                     }
                 }
             }
             for x in c.iter_mut() {
                 *x = match r.range(0, 5) {
                     0..=2 => (r.bit() as u32) << 31,
-                    3 => f32_bits(r.bit(), -126 - r.range(1, 23), r.next() as u32),
+                    3 => f32_bits(r.bit(), -126 - r.range(1, 23), r.next_u64() as u32),
                     4 => r.range(1, 64) as u32 | ((r.bit() as u32) << 31),
                     _ => rnd_f32(r, -126, -120),
                 };
@@ -372,7 +373,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                 for j in 0..8 {
                     let pe = max_pe(t, &a[i * 16..i * 16 + 16], &bt[j * 16..j * 16 + 16]).unwrap_or(0);
                     let ec = if class == Class::CDominant { pe + r.range(1, 40) } else { pe - r.range(1, 60) };
-                    c[i * 8 + j] = f32_bits(r.bit(), ec, r.next() as u32);
+                    c[i * 8 + j] = f32_bits(r.bit(), ec, r.next_u64() as u32);
                 }
             }
         }
@@ -413,7 +414,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             let special = |t: InType, r: &mut Rng| -> u16 {
                 let f = t.frac();
                 let field = (1u32 << (15 - f)) - 1;
-                let mant = if r.bit() { 0 } else { (r.next() as u32 & ((1 << f) - 1)).max(1) };
+                let mant = if r.bit() { 0 } else { (r.next_u64() as u32 & ((1 << f) - 1)).max(1) };
                 (((r.bit() as u32) << 15) | (field << f) | mant) as u16
             };
             for x in a.iter_mut().chain(bt.iter_mut()) {
@@ -428,7 +429,7 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             for x in c.iter_mut() {
                 *x = match r.range(0, 9) {
                     0 => 0x7f80_0000 | ((r.bit() as u32) << 31),
-                    1 => 0x7f80_0000 | ((r.next() as u32) & 0x807f_ffff).max(1),
+                    1 => 0x7f80_0000 | ((r.next_u64() as u32) & 0x807f_ffff).max(1),
                     _ => rnd_f32(r, -8, 12),
                 };
             }
@@ -451,10 +452,10 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
         }
         Class::RandomBits => {
             for x in a.iter_mut().chain(bt.iter_mut()) {
-                *x = r.next() as u16;
+                *x = r.next_u64() as u16;
             }
             for x in c.iter_mut() {
-                *x = r.next() as u32;
+                *x = r.next_u64() as u32;
             }
         }
     }

@@ -9,8 +9,9 @@
 //! function applies at every lane and register position (checked on the GPU, harness `mma`).
 //!
 //! The model (Khattak & Mikaitis 2025, "Accurate Models of NVIDIA Tensor Cores", and MMA-Sim,
-//! Microsoft 2025, agree on it for Hopper; the floor of the alignment exponent is what our
-//! measurements decided, see `Params::e_floor`):
+//! Microsoft 2025, agree on it for Hopper, except for the floor of the alignment exponent, which
+//! the H100 decided (−133), and the sign of a truncated-to-zero result, where both say −0 and the
+//! H100 writes +0; docs/tensorcore-cpu-model.md §3):
 //!
 //! 1. Specials first: a NaN input, an `inf × 0` product, or `+inf` and `-inf` both present
 //!    (products and c) give NaN (`0x7FFFFFFF`); otherwise an infinite product or c gives that inf.
@@ -125,6 +126,7 @@ pub struct Params {
     pub frac_bits: u32,
     /// Lower bound of the alignment exponent E (`i32::MIN`: none). Only matters when every
     /// nonzero term has an exponent below it, i.e. c = ±0 and bf16 products below 2^-126.
+    /// H100: −133 (no floor, −126 and every other value in −160..−120 disagree with it).
     pub e_floor: i32,
     /// Rounding of the sum to f32.
     pub rounding: Rounding,
@@ -174,7 +176,7 @@ pub enum Raw {
 /// One output element: `d = a[0..K]·b[0..K] + c` (K = 16, or a multiple of `p.block`).
 pub fn mma_elem(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> u32 {
     assert_eq!(a.len(), b.len());
-    assert!(p.block > 0 && a.len() % p.block == 0);
+    assert!(p.block > 0 && a.len().is_multiple_of(p.block));
     let mut acc = c;
     for k0 in (0..a.len()).step_by(p.block) {
         let raw = fused(t, &a[k0..k0 + p.block], &b[k0..k0 + p.block], acc, p);

@@ -439,12 +439,12 @@ pub fn main(gpu: Option<&Gpu>, cubin: Option<&[u8]>, o: &Opts) -> R<bool> {
                 let _ = write!(sb, "{name}: {x}; ");
             }
             let _ = writeln!(summary, "   alternatives on the first 1/8 of each class ({} cases): {sb}", tot.subset_n);
-            if let Some(dir) = &o.out {
-                if !dump.is_empty() {
-                    let p = dir.join(format!("mismatch_{}_{}.bin", t.name(), if instr == 0 { "mma" } else { "wgmma" }));
-                    std::fs::File::create(&p).and_then(|mut f| f.write_all(&dump)).map_err(|e| format!("{}: {e}", p.display()))?;
-                    println!("wrote {} mismatch records to {}", dump.len() / 88, p.display());
-                }
+            if let Some(dir) = &o.out
+                && !dump.is_empty()
+            {
+                let p = dir.join(format!("mismatch_{}_{}.bin", t.name(), if instr == 0 { "mma" } else { "wgmma" }));
+                std::fs::File::create(&p).and_then(|mut f| f.write_all(&dump)).map_err(|e| format!("{}: {e}", p.display()))?;
+                println!("wrote {} mismatch records to {}", dump.len() / 88, p.display());
             }
         }
     }

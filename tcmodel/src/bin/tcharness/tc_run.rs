@@ -84,7 +84,7 @@ fn gen_inputs(p: &Prob) -> (Vec<u16>, Vec<u16>, Vec<u16>) {
     let mut one = |n: usize| -> Vec<u16> {
         (0..n)
             .map(|_| {
-                let u = (r.next() >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+                let u = (r.next_u64() >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
                 to_t(p.t, ((4.0 * u - 2.0) * 2f64.powi(p.amp)) as f32)
             })
             .collect()
@@ -176,6 +176,8 @@ fn run_kernel(g: &Gpu, m: &gpu::Module, p: &Prob, q: &[u16], k: &[u16], v: &[u16
 // ------------------------------------------------------------- CPU emulation of variant v2
 
 /// Step 0 (bf16): the row scaled by 2^-sh in two exact-unless-subnormal bf16 steps, and sl2r.
+// `max(..).min(..)` mirrors the kernel's fminf(fmaxf(..)) step for step.
+#[allow(clippy::manual_clamp)]
 fn scale_row(t: InType, row: &[u16], sl2: f32) -> (Vec<u16>, f32) {
     if t == InType::F16 {
         return (row.to_vec(), sl2);
@@ -190,7 +192,7 @@ fn scale_row(t: InType, row: &[u16], sl2: f32) -> (Vec<u16>, f32) {
         let v = value(t, x) * 2f64.powi(-k);
         let r = rne(v, 8, -126, 127);
         // A product that rounds to zero keeps its sign (x · 2^-k + (−0)).
-        if r == 0.0 { (x & 0x8000) | 0 } else { enc(t, r) }
+        if r == 0.0 { x & 0x8000 } else { enc(t, r) }
     };
     let out = row.iter().map(|&x| step(step(x, a), b)).collect();
     let pow2 = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
@@ -206,7 +208,7 @@ fn emulate_row(p: &Prob, cfg: &Cfg, q: &[u16], k: &[u16], v: &[u16], h: usize, i
     let bias: f32 = if t == InType::Bf16 { -26.0 } else { 0.0 };
     let maxt: f32 = if t == InType::Bf16 { f32::from_bits(0x7f7f_0000) } else { 65504.0 };
     // The kernel's literal 1.4426950408889634f (0x3FB8AA3B).
-    let sl2 = (scale(p) * 1.442_695_040_888_963_4_f32).min(f32::MAX);
+    let sl2 = (scale(p) * f32::from_bits(0x3fb8_aa3b)).min(f32::MAX);
     let (qr, sl2r) = scale_row(t, &q[(h * sq + i) * d..][..d], sl2);
     let l_len = skv; // no kv_lens
     let q0 = (i / cfg.bm) * cfg.bm;
@@ -300,8 +302,8 @@ fn emulate_row(p: &Prob, cfg: &Cfg, q: &[u16], k: &[u16], v: &[u16], h: usize, i
                 return 0u16;
             }
             let y = x * inv;
-            // min.NaN / max.NaN clamp (no NaN here: finite inputs).
-            let y = if y > maxt { maxt } else if y < -maxt { -maxt } else { y };
+            // min.NaN / max.NaN clamp (f32::clamp also keeps a NaN a NaN).
+            let y = y.clamp(-maxt, maxt);
             to_t(t, y)
         })
         .collect()

@@ -147,7 +147,12 @@ fn child() {
             .unwrap();
         let got = case.digest_on(&e).unwrap().to_string();
         if let Some(want) = golden::expected(path, cb.arch()) {
-            assert_eq!(Some(got.as_str()), want.digest(case.name), "{}", path.name());
+            assert_eq!(
+                Some(got.as_str()),
+                want.digest(case.name),
+                "{}",
+                path.name()
+            );
         }
         say(&format!(
             "{}: ran the embedded cubins ({sources:?}), digest {got}",

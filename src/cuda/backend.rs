@@ -22,8 +22,8 @@ use std::sync::{Arc, OnceLock};
 /// use of that path).
 #[derive(Debug)]
 pub struct CudaBackend {
-    dev: Device,
-    exact: Exact,
+    pub(super) dev: Device,
+    pub(super) exact: Exact,
     /// Where each loaded cubin came from (`embedded`, or a test folder).
     sources: std::sync::Mutex<Vec<String>>,
     /// The `TensorCore` kernels, loaded and verified on first use (or why they could not be).

@@ -11,10 +11,13 @@
 use super::drv;
 use super::guards::Guards;
 use super::launch::{self, Launch, RawStream};
-use super::path::{DevTensor, DeviceQkv, DeviceTensorMut, GpuPath, Io, Step};
+use super::path::{
+    DevTensor, DeviceQkv, DeviceTensorMut, GpuPath, Io, RawDeviceQkv, RawDeviceTensor, Step,
+};
 use super::timing::{self, BenchOptions, BenchResult};
 use crate::dtype::Element;
 use crate::error::{Error, Result, TensorName};
+use crate::path::Path;
 use crate::problem::{NonFinitePolicy, Problem};
 use crate::tensor::{self, Fit, Layout, Operand, Operands, Qkv, TensorMut};
 use cudarc::driver::sys::CUresult;
@@ -420,4 +423,159 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr>(
         // them alive and ordered until the stream has run the launches.
         unsafe { dev.submit(st, &launches) }
     })
+}
+
+/// Raw device tensors (bindings) on a raw stream: the same steps as [`run_device`]. What can be
+/// checked is checked first, in the crate's order: the tensors against the lengths given, the
+/// path's plan, then that every address is device memory of this GPU whose allocation holds the
+/// length given (`cuPointerGetAttribute`; [`Error::WrongDevice`], [`Error::TensorExtent`]).
+/// Scratch is allocated on the device's own stream, which `stream` waits for; and the device's
+/// stream waits for `stream` before the scratch is freed.
+///
+/// # Safety
+/// `stream` is a live stream of this device's primary context (0: the legacy default stream); the
+/// buffers stay allocated, and the inputs unchanged, until `stream` has run the work; the output's
+/// buffer does not overlap an input's.
+pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
+    dev: &Device,
+    path: &P,
+    stream: RawStream,
+    p: &Problem,
+    x: &RawDeviceQkv,
+    out: &RawDeviceTensor,
+) -> Result<()> {
+    let op = |t: &RawDeviceTensor| Operand {
+        len: t.len,
+        layout: t.layout,
+    };
+    let ops = Operands {
+        q: op(&x.q),
+        k: op(&x.k),
+        v: op(&x.v),
+        mask: x.mask.map(|m| m.1),
+        out: op(out),
+    };
+    tensor::check_call(p, &ops, Fit::AtLeast)?;
+    let plan = path.plan(p, T::DTYPE, &ops)?;
+    let elem = std::mem::size_of::<T>() as u64;
+    let mut bufs = vec![
+        (TensorName::Q, x.q.ptr, x.q.len as u64 * elem),
+        (TensorName::K, x.k.ptr, x.k.len as u64 * elem),
+        (TensorName::V, x.v.ptr, x.v.len as u64 * elem),
+        (TensorName::Out, out.ptr, out.len as u64 * elem),
+    ];
+    if let Some((ptr, len)) = x.mask {
+        bufs.push((TensorName::Mask, ptr, len as u64));
+    }
+    for (tensor, ptr, bytes) in bufs {
+        match launch::allocation_of(&dev.ctx, ptr)? {
+            Some((start, size, ordinal)) if ordinal as usize == dev.ordinal => {
+                if ptr + bytes > start + size {
+                    return Err(Error::TensorExtent {
+                        tensor,
+                        needed: bytes.div_ceil(elem) as usize,
+                        got: ((start + size).saturating_sub(ptr) / elem) as usize,
+                        shape: "the buffer".into(),
+                        layout: format!(
+                            "from address {ptr:#x} (its allocation ends at {:#x})",
+                            start + size
+                        ),
+                    });
+                }
+            }
+            _ => {
+                return Err(Error::WrongDevice {
+                    tensor,
+                    ordinal: dev.ordinal,
+                });
+            }
+        }
+    }
+    let check = p.nonfinite() == NonFinitePolicy::Reject;
+    let sizes = path.scratch(p, &plan, check);
+    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * p.shape().batch as u64)?;
+    let lens = dev.kv_lens(p)?;
+    let mut sc = dev.scratch(&sizes)?;
+    let own = RawStream::of(&dev.stream);
+    let io = {
+        let mut g = Guards::default();
+        let e = elem as usize;
+        let io = Io {
+            q: DevTensor::new(x.q.ptr, x.q.layout, e),
+            k: DevTensor::new(x.k.ptr, x.k.layout, e),
+            v: DevTensor::new(x.v.ptr, x.v.layout, e),
+            out: DevTensor::new(out.ptr, out.layout, e),
+            mask: x.mask.map_or(0, |m| m.0),
+            kv_lens: g.r(&lens, &dev.stream),
+        };
+        io
+    };
+    let scratch: Vec<u64> = {
+        let mut g = Guards::default();
+        sc.iter_mut().map(|b| g.w(b, &dev.stream)).collect()
+    };
+    // SAFETY: both streams belong to this device's context (the caller's contract for `stream`).
+    unsafe { launch::order_after(&dev.ctx, own, stream)? };
+    let steps: &[Step] = if check {
+        &[Step::Check, Step::Compute { checked: true }]
+    } else {
+        &[Step::Compute { checked: false }]
+    };
+    let mut result = Ok(());
+    for &step in steps {
+        let launches = path.launches(p, &plan, &io, &scratch, step)?;
+        // SAFETY: the addresses were checked to lie in allocations of this device that hold the
+        // extents tensor::check_call verified, and the caller keeps them alive until `stream` has
+        // run the work; the key lengths and scratch were allocated above, ordered before `stream`
+        // by the event, and are freed only after it (below).
+        unsafe { launch::submit(&dev.ctx, stream, &launches)? };
+        if step == Step::Check {
+            // SAFETY: as above.
+            unsafe { launch::order_after(&dev.ctx, stream, own)? };
+            result = decide(dev, &sc[0]);
+            if result.is_err() {
+                break;
+            }
+        }
+    }
+    // The scratch and key lengths are freed on the device's stream: after `stream` is done.
+    // SAFETY: as above.
+    unsafe { launch::order_after(&dev.ctx, stream, own)? };
+    drop(sc);
+    drop(lens);
+    result
+}
+
+/// The raw-address entry point lives here, beside the other unsafe code of the crate (the lint
+/// keeps `unsafe` out of `backend.rs`).
+impl super::CudaBackend {
+    /// [`run_device`](CudaBackend::run_device) for memory cudarc does not own, given by raw
+    /// addresses (bindings: PyTorch tensors, DLPack), on a raw stream handle (`0`: the legacy
+    /// default stream; PyTorch's `torch.cuda.current_stream().cuda_stream`). Beyond the checks of
+    /// `run_device`, each address must be device memory of this GPU whose allocation holds the
+    /// length given ([`Error::WrongDevice`], [`Error::TensorExtent`]). Asynchronous on `stream`,
+    /// except under `Reject`, which waits for the scan. Same bits as every other entry point.
+    ///
+    /// # Safety
+    /// `stream` is 0 or a live stream of this device's primary context (the one PyTorch uses);
+    /// the buffers stay allocated, and the inputs unchanged, until `stream` has run the work; the
+    /// output's buffer overlaps no input's.
+    pub unsafe fn run_device_raw<T: Element>(
+        &self,
+        path: Path,
+        stream: u64,
+        p: &Problem,
+        x: &RawDeviceQkv,
+        out: &RawDeviceTensor,
+    ) -> Result<()> {
+        let st = RawStream::from_handle(stream);
+        // SAFETY (both arms): the caller's contract is run_device_raw's.
+        match path {
+            Path::Exact => unsafe { run_device_raw::<_, T>(&self.dev, &self.exact, st, p, x, out) },
+            Path::TensorCore => {
+                let tc = self.tensorcore()?;
+                unsafe { run_device_raw::<_, T>(&self.dev, tc, st, p, x, out) }
+            }
+        }
+    }
 }

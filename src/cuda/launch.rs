@@ -212,6 +212,14 @@ impl RawStream {
             handle: s.cu_stream(),
         }
     }
+
+    /// A stream handle given as a number by a binding (`torch.cuda.Stream.cuda_stream`,
+    /// DLPack's stream); 0 is the legacy default stream.
+    pub(crate) fn from_handle(handle: u64) -> RawStream {
+        RawStream {
+            handle: handle as usize as sys::CUstream,
+        }
+    }
 }
 
 /// Enqueue `launches` on `stream`, in order (asynchronous). Before any launch, each one's
@@ -271,4 +279,57 @@ pub(crate) unsafe fn submit(
         .map_err(drv("cuLaunchKernel"))?;
     }
     Ok(())
+}
+
+/// Where a device address lies: its allocation's first byte and size, and the device ordinal,
+/// as the driver reports them (`cuPointerGetAttribute`). `None` when the address is not device
+/// memory the driver knows (a host pointer, garbage).
+pub(crate) fn allocation_of(ctx: &CudaContext, ptr: u64) -> Result<Option<(u64, u64, i32)>> {
+    ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+    let attr = |a: sys::CUpointer_attribute, out: *mut c_void| {
+        // SAFETY: `out` points to a local of the size the attribute writes (an 8-byte address or
+        // size, a 4-byte ordinal); the driver only reads `ptr` as a number.
+        unsafe { sys::cuPointerGetAttribute(out, a, ptr) }
+    };
+    let (mut start, mut size, mut ordinal) = (0u64, 0u64, -1i32);
+    use sys::CUpointer_attribute as A;
+    let ok = attr(
+        A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        (&mut start as *mut u64).cast(),
+    ) == sys::CUresult::CUDA_SUCCESS
+        && attr(
+            A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            (&mut size as *mut u64).cast(),
+        ) == sys::CUresult::CUDA_SUCCESS
+        && attr(
+            A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            (&mut ordinal as *mut i32).cast(),
+        ) == sys::CUresult::CUDA_SUCCESS;
+    Ok(ok.then_some((start, size, ordinal)))
+}
+
+/// Make `to` wait (on the device, not the host) for everything enqueued on `from` so far.
+///
+/// # Safety
+/// Both streams are live streams of `ctx`.
+pub(crate) unsafe fn order_after(
+    ctx: &Arc<CudaContext>,
+    from: RawStream,
+    to: RawStream,
+) -> Result<()> {
+    ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+    let ev = ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        .map_err(drv("cuEventCreate"))?;
+    // SAFETY: `ev` is a live event of `ctx` (kept alive until the end of this function: the
+    // driver allows destroying an event another stream still waits on); the streams are live
+    // streams of `ctx` as the caller guarantees.
+    unsafe {
+        sys::cuEventRecord(ev.cu_event(), from.handle)
+            .result()
+            .map_err(drv("cuEventRecord"))?;
+        sys::cuStreamWaitEvent(to.handle, ev.cu_event(), 0)
+            .result()
+            .map_err(drv("cuStreamWaitEvent"))
+    }
 }

@@ -31,7 +31,7 @@ pub use cubins::{ARCHS, OVERRIDE_CAPABLE, TEST_CUBIN_DIR_ENV};
 /// [`ARCHS`] are built and audited from the same sources but were never executed here.
 pub const ARCHS_RUN: [&str; 1] = ["sm_90"];
 pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
-pub use path::{DeviceQkv, DeviceTensor, DeviceTensorMut};
+pub use path::{DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceQkv, RawDeviceTensor};
 pub use tensorcore::TENSORCORE_HEAD_DIMS;
 pub use timing::{BenchOptions, BenchResult};
 

@@ -155,3 +155,29 @@ impl<'a, T> DeviceQkv<'a, T> {
         }
     }
 }
+
+/// A tensor in device memory given by its address, for bindings that hold memory cudarc does not
+/// own (a PyTorch tensor, a DLPack capsule): the address of the buffer's first element, the
+/// buffer's length in elements, and where the tensor's elements lie in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawDeviceTensor {
+    /// Device address of the buffer's element 0.
+    pub ptr: u64,
+    /// Elements in the buffer from `ptr`.
+    pub len: usize,
+    /// Where the tensor's elements are, from `ptr`.
+    pub layout: Layout,
+}
+
+/// The inputs of one call as raw device tensors; the mask as (address, entries), one byte each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawDeviceQkv {
+    /// Queries.
+    pub q: RawDeviceTensor,
+    /// Keys.
+    pub k: RawDeviceTensor,
+    /// Values.
+    pub v: RawDeviceTensor,
+    /// The mask's address and length in bytes, if the problem declares one.
+    pub mask: Option<(u64, usize)>,
+}

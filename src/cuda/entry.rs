@@ -500,15 +500,14 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
     let io = {
         let mut g = Guards::default();
         let e = elem as usize;
-        let io = Io {
+        Io {
             q: DevTensor::new(x.q.ptr, x.q.layout, e),
             k: DevTensor::new(x.k.ptr, x.k.layout, e),
             v: DevTensor::new(x.v.ptr, x.v.layout, e),
             out: DevTensor::new(out.ptr, out.layout, e),
             mask: x.mask.map_or(0, |m| m.0),
             kv_lens: g.r(&lens, &dev.stream),
-        };
-        io
+        }
     };
     let scratch: Vec<u64> = {
         let mut g = Guards::default();

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # One GPU call: every check and measurement that needs the GPU, in order, logs under $OUT.
-# Run `scripts/carry.sh` here first (the GPU machine has no cargo), for the d7 stage
+# Run `scripts/carry.sh` here first (the GPU machine has no cargo); for the d7 stage also
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py`; then on the device (carry .carry):
 #   bash scripts/gpu-session.sh [stage ...]
 #   stages: info selftest tests sanitize d7 bench quickbench dudect tcbench tcdudect
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
+#
+# The tests stage records the TensorCore golden digests of this GPU's architecture into
+# $OUT/tensorcore.<arch>.txt (tests/cuda_tensorcore.rs, DETATTN_RECORD); compare it with
+# golden/tensorcore.<arch>.txt before committing it.
 set -uo pipefail
 OUT=${OUT:-/tmp/detattn-out}
 mkdir -p "$OUT"
@@ -14,10 +18,10 @@ mkdir -p "$OUT"
 if [ -f .carry/bundle.tar.xz ] && [ ! -x .carry/bin/detattn ]; then
   tar -C .carry -xJf .carry/bundle.tar.xz || { echo "could not unpack .carry/bundle.tar.xz"; exit 2; }
 fi
-BIN=.carry/bin/detattn
+BIN=.carry/bin/detattn                  # default build: ignores DETATTN_TEST_CUBIN_DIR
+OBIN=.carry/bin-override                # test-only builds that honour it
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(info selftest tests sanitize d7 bench)
-export INSTA_WORKSPACE_ROOT=$PWD   # insta finds tests/snapshots here, not at the build path
 declare -A RESULT
 ORDER=()
 
@@ -29,7 +33,7 @@ stage() {  # stage NAME LIMIT_S CMD...: run with a time limit, log, record the e
   local rc=$?
   [ -z "${RESULT[$name]:-}" ] && ORDER+=("$name")
   RESULT[$name]="${RESULT[$name]:-}rc=$rc ($((SECONDS - t0))s) "
-  tail -n 12 "$OUT/$name.log"
+  tail -n 6 "$OUT/$name.log"
   return $rc
 }
 
@@ -42,36 +46,37 @@ for s in "${STAGES[@]}"; do
       stage selftest 120 "$BIN" selftest ;;
     tests)
       # The GPU contract tests (they print SKIPPED and why when no GPU is usable).
-      for t in .carry/tests/cuda_*; do
-        stage tests 400 "$t" --test-threads 4 --nocapture
+      for t in .carry/tests/*; do
+        DETATTN_RECORD=$OUT stage tests 400 "$t" --test-threads 4 --nocapture
       done ;;
     sanitize)
-      # A small and a large problem (and a head_dim > 256 one) through each of the four tools.
-      small=(--batch 2 --q-heads 4 --kv-heads 2 --q-len 37 --kv-len 70 --head-dim 64 --dtype bf16 --causal --mask full --kv-lens 70,33 --nonfinite propagate)
-      large=(--batch 1 --q-heads 8 --kv-heads 8 --q-len 1024 --kv-len 1024 --head-dim 128 --dtype f32)
-      bigd=(--batch 1 --q-heads 1 --kv-heads 1 --q-len 5 --kv-len 70 --head-dim 1000 --dtype f16)
-      d256=(--batch 1 --q-heads 2 --kv-heads 1 --q-len 70 --kv-len 130 --head-dim 200 --dtype f32 --mask shared)
-      tc16=(--path tensorcore --dtype f16 --amp 15 --nonfinite propagate --batch 1 --q-heads 4 --kv-heads 2 --q-len 33 --kv-len 70 --head-dim 64 --causal --mask full --kv-lens 61)
-      tcb16=(--path tensorcore --dtype bf16 --amp 127 --nonfinite propagate --batch 2 --q-heads 4 --kv-heads 2 --q-len 20 --kv-len 50 --head-dim 128 --kv-lens 50,31)
+      # compute-sanitizer's four tools on small ragged problems through the CLI: the Exact kernels
+      # (fast 64/128/256, generic; prepare; strided bshd; top-left; Propagate), every TensorCore
+      # kernel (prefill and decode x d64/128/256, f16/bf16 alternating), the policy kernels, and
+      # the device entry's non-finite scan (a test binary).
+      P=(
+        "--batch 2 --q-heads 4 --kv-heads 2 --q-len 37 --kv-len 70 --head-dim 64 --dtype bf16 --causal --mask full --kv-lens 70,33 --nonfinite propagate --layout bshd"
+        "--batch 1 --q-heads 8 --kv-heads 8 --q-len 300 --kv-len 300 --head-dim 128 --dtype f32 --causal --causal-align top-left"
+        "--batch 1 --q-heads 1 --kv-heads 1 --q-len 5 --kv-len 70 --head-dim 1000 --dtype f16"
+        "--batch 1 --q-heads 2 --kv-heads 1 --q-len 70 --kv-len 130 --head-dim 200 --dtype f32 --mask shared --layout bshd"
+        "--path tensorcore --dtype f16 --amp 15 --nonfinite propagate --batch 1 --q-heads 4 --kv-heads 2 --q-len 33 --kv-len 70 --head-dim 64 --causal --mask full --kv-lens 61 --layout bshd"
+        "--path tensorcore --dtype bf16 --amp 127 --nonfinite propagate --batch 2 --q-heads 4 --kv-heads 2 --q-len 20 --kv-len 50 --head-dim 128 --kv-lens 50,31"
+        "--path tensorcore --dtype bf16 --batch 2 --q-heads 4 --kv-heads 2 --q-len 77 --kv-len 77 --head-dim 256 --causal --kv-lens 77,30"
+        "--path tensorcore --dtype f16 --batch 2 --q-heads 4 --kv-heads 2 --q-len 45 --kv-len 90 --head-dim 128 --causal --causal-align top-left --layout bshd"
+        "--path tensorcore --dtype bf16 --batch 2 --q-heads 4 --kv-heads 2 --q-len 100 --kv-len 60 --head-dim 64 --mask per-batch"
+        "--path tensorcore --dtype f16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 300 --head-dim 64 --kv-lens 300,129"
+        "--path tensorcore --dtype bf16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 2 --kv-len 200 --head-dim 128 --causal --mask full"
+        "--path tensorcore --dtype f16 --batch 1 --q-heads 8 --kv-heads 1 --q-len 1 --kv-len 150 --head-dim 256 --layout bshd"
+      )
       for tool in memcheck racecheck initcheck synccheck; do
-        for p in small large bigd d256; do
-          declare -n args=$p
-          stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda "${args[@]}"
+        for args in "${P[@]}"; do
+          # shellcheck disable=SC2086
+          stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda $args
         done
-        # The device entry point: the GPU non-finite scan (Reject) and the typed errors.
         stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 .carry/tests/cuda_exact \
           device_entry_rejects_nonfinite_and_bad_arguments_without_writing --test-threads 1
-        # Every TensorCore kernel (prefill and decode, d64/128/256, f16/bf16), small ragged problems.
-        stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 scripts/tc_sanitize.py
-        # The TensorCore policy kernels (sanitize, first_bad, poison) and the bf16 Q scaling, through
-        # the library: Propagate with non-finite values from a large --amp, f16 with a mask (poison
-        # scans it), bf16 with kv_lens (first_bad).
-        for tcp in tc16 tcb16; do
-          declare -n args=$tcp
-          stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda "${args[@]}"
-        done
       done
-      grep -h "ERROR SUMMARY" "$OUT/sanitize.log" | sort | uniq -c ;;
+      grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitize.log" | sort | uniq -c ;;
     d7)
       stage d7 500 python3 scripts/d7_compare.py .carry/cubin-nvcc13 ;;
     bench)
@@ -79,31 +84,26 @@ for s in "${STAGES[@]}"; do
     quickbench)
       stage quickbench 300 python3 scripts/gpu_compare.py "$BIN" "$OUT/compare.json" --quick ;;
     tcbench)
-      # The TensorCore rows (W1 f16, W2/W2c/W3c bf16, decode with the copy ceiling) next to SDPA,
-      # with the anchors' protocol (1 launch per event pair) and with 10 back to back (the earlier
-      # Python harness's, docs/tensorcore.md), both applied to detattn and SDPA alike.
       for n in 1 10; do
         stage tcbench 280 python3 scripts/gpu_compare.py "$BIN" "$OUT/tc-compare-ps$n.json" \
           --paths tensorcore --per-sample "$n"
       done ;;
     tcdudect)
-      # The TensorCore path in the Rust dudect harness (every class vs random, Propagate, through
-      # CudaBackend::time_launch_path), f16 d64 and bf16 d128, 10 000 measurements per class.
+      # The TensorCore path in the dudect harness (every class vs random, Propagate), f16 d64 and
+      # bf16 d128, 10 000 measurements per class; then the planted leak, which must be seen.
       stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype f16 \
         --head-dim 64 --n 10000 --json-out "$OUT/tcdudect-f16-d64.json"
       stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
         --head-dim 128 --n 10000 --json-out "$OUT/tcdudect-bf16-d128.json"
-      # The planted leak (audit/plant_tc_leak.py, built here into .carry/cubin-tc-leaky): must be seen.
       if [ -d .carry/cubin-tc-leaky ]; then
-        DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 .carry/bin/detattn-dudect \
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 "$OBIN/detattn-dudect" \
           --backend cuda --path tensorcore --dtype f16 --head-dim 64 --n 10000 --expect-leak \
           --json-out "$OUT/tcdudect-leaky-f16-d64.json"
       fi ;;
     dudect)
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000
-      # The planted leak (audit/plant_gpu_leak.py, built here into .carry/cubin-leaky): must be seen.
       if [ -d .carry/cubin-leaky ]; then
-        DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --expect-leak
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 --expect-leak
       fi ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac

@@ -6,7 +6,8 @@
 #   bin-override/   the same with the test-only feature `test-override` (planted leaks, D7)
 #   tests/          the GPU test binaries (default build; tests/override.rs checks that a default
 #                   build ignores the variable)
-#   tests-override/ cuda_exact built with `test-override` (D7 runs it on the nvcc 13.0 cubins)
+#   tests-override/ cuda_exact and cuda_tensorcore built with `test-override` (D7 runs the first on
+#                   the nvcc 13.0 cubins; planted faults run the second)
 #
 # Every binary embeds the same 12 cubins (~13 MB): one xz stream with a dictionary larger than
 # the archive stores them once. scripts/gpu-session.sh unpacks it on the GPU machine.
@@ -41,7 +42,7 @@ done
 O="--features test-override --target-dir target/override"
 cargo build --release --bins $O
 cp target/override/release/detattn target/override/release/detattn-dudect "$STAGE/bin-override/"
-cargo test --release --no-run --message-format=json $O --test cuda_exact 2>/dev/null | test_exes \
+cargo test --release --no-run --message-format=json $O --test cuda_exact --test cuda_tensorcore 2>/dev/null | test_exes \
   | while read -r name exe; do cp "$exe" "$STAGE/tests-override/$name"; done
 
 rm -rf .carry/bin .carry/bin-override .carry/tests .carry/tests-override

@@ -529,7 +529,8 @@ fn device_entry_rejects_nonfinite_and_bad_arguments_without_writing() {
             "out was written"
         );
     }
-    // Wrong lengths: a typed error before any work.
+    // A buffer shorter than its tensor's extent: a typed error before any work (device buffers
+    // may be longer than the tensor — views — so the error is the extent's, not a length's).
     let c = inputs::<f32>(&p, 62, 0, 0, false);
     let (q, k) = (upload(&s, &c.q), upload(&s, &c.k));
     let short = upload(&s, &c.v[1..]);
@@ -538,13 +539,29 @@ fn device_entry_rejects_nonfinite_and_bad_arguments_without_writing() {
     assert!(
         matches!(
             r,
-            Err(Error::TensorLength {
+            Err(Error::TensorExtent {
                 tensor: TensorName::V,
+                needed: 4480,
+                got: 4479,
                 ..
             })
         ),
         "{r:?}"
     );
+    assert!(
+        s.clone_dtoh(&out)
+            .unwrap()
+            .iter()
+            .all(|x| x.to_bits() == 0xFFFF_FFFF),
+        "out was written"
+    );
+    // A longer one is fine (the tensor is a view of it).
+    let long = upload(&s, &[c.v.clone(), vec![1.0; 8]].concat());
+    let v = upload(&s, &c.v);
+    dev_run(be, Path::Exact, &s, &p, &q, &k, &long, None, &mut out).expect("a longer buffer");
+    let a = s.clone_dtoh(&out).unwrap();
+    dev_run(be, Path::Exact, &s, &p, &q, &k, &v, None, &mut out).expect("exact length");
+    assert_eq!(first_diff(&a, &s.clone_dtoh(&out).unwrap()), None);
 }
 
 #[test]
@@ -600,7 +617,10 @@ fn structured_extremes_bit_identical_to_cpu() {
                         "{} d{d} {st}: q {pq}, k {pk} (phase {kphase})",
                         T::DTYPE
                     );
-                    assert!(got.iter().all(|v| v.to_f32().is_finite()), "{st} {pq}: not finite");
+                    assert!(
+                        got.iter().all(|v| v.to_f32().is_finite()),
+                        "{st} {pq}: not finite"
+                    );
                     n += 1;
                 }
             }

@@ -90,10 +90,10 @@ fn check<T: Element + DeviceRepr>(e: &Engine, p: &Problem, seed: u64, want: &[T]
                 Some(st.clone_htod(&v).expect("upload")),
             )
         };
-        let dm = x
-            .mask
-            .as_ref()
-            .map(|m| st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>()).expect("upload"));
+        let dm = x.mask.as_ref().map(|m| {
+            st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
+                .expect("upload")
+        });
         let dev = DeviceQkv {
             q: DeviceTensor::new(&dq, lq),
             k: DeviceTensor::new(dk.as_ref().unwrap_or(&dq), lk),
@@ -107,15 +107,29 @@ fn check<T: Element + DeviceRepr>(e: &Engine, p: &Problem, seed: u64, want: &[T]
             let mut out = vec![fill; len];
             e.run_tensors(p, &host, TensorMut::new(&mut out, lo))
                 .unwrap_or_else(|err| panic!("host {what}: {err}"));
-            assert_eq!(bits(&gather(&out, qd, lo)), bits(want), "host {what}: the bits moved");
-            assert!(untouched_outside_rows(&bits(&out), qd, lo, FILL), "host {what}: wrote outside the rows");
+            assert_eq!(
+                bits(&gather(&out, qd, lo)),
+                bits(want),
+                "host {what}: the bits moved"
+            );
+            assert!(
+                untouched_outside_rows(&bits(&out), qd, lo, FILL),
+                "host {what}: wrote outside the rows"
+            );
             // Device entry point.
             let mut dout = st.clone_htod(&vec![fill; len]).expect("upload");
             cb.run_device(e.path(), &st, p, &dev, DeviceTensorMut::new(&mut dout, lo))
                 .unwrap_or_else(|err| panic!("device {what}: {err}"));
             let got = st.clone_dtoh(&dout).expect("download");
-            assert_eq!(bits(&gather(&got, qd, lo)), bits(want), "device {what}: the bits moved");
-            assert!(untouched_outside_rows(&bits(&got), qd, lo, FILL), "device {what}: wrote outside the rows");
+            assert_eq!(
+                bits(&gather(&got, qd, lo)),
+                bits(want),
+                "device {what}: the bits moved"
+            );
+            assert!(
+                untouched_outside_rows(&bits(&got), qd, lo, FILL),
+                "device {what}: wrote outside the rows"
+            );
             n += 2;
         }
     }
@@ -151,10 +165,14 @@ fn path_test(path: Path, test: &str) {
 
 fn one<T: Element + DeviceRepr>(e: &Engine, cpu: &Engine, p: &Problem, seed: u64) -> usize {
     let x = generate::<T>(p, GenOptions::seed(seed));
-    let want = e.run(p, &x.q, &x.k, &x.v, x.mask.as_deref()).expect("contiguous run");
+    let want = e
+        .run(p, &x.q, &x.k, &x.v, x.mask.as_deref())
+        .expect("contiguous run");
     if e.path() == Path::Exact {
         // D6 on every layout: the contiguous GPU run is the CPU's (top-left included).
-        let c = cpu.run(p, &x.q, &x.k, &x.v, x.mask.as_deref()).expect("cpu");
+        let c = cpu
+            .run(p, &x.q, &x.k, &x.v, x.mask.as_deref())
+            .expect("cpu");
         assert_eq!(bits(&want), bits(&c), "exact GPU != CPU on {p:?}");
     }
     check(e, p, seed, &want)
@@ -167,15 +185,23 @@ fn exact_every_layout_same_bits_host_and_device() {
 
 #[test]
 fn tensorcore_every_layout_same_bits_host_and_device() {
-    path_test(Path::TensorCore, "tensorcore_every_layout_same_bits_host_and_device");
+    path_test(
+        Path::TensorCore,
+        "tensorcore_every_layout_same_bits_host_and_device",
+    );
 }
 
 #[test]
 fn tensorcore_misaligned_layouts_are_typed_errors() {
-    let Some(e) = gpu("tensorcore_misaligned_layouts_are_typed_errors", Path::TensorCore) else {
+    let Some(e) = gpu(
+        "tensorcore_misaligned_layouts_are_typed_errors",
+        Path::TensorCore,
+    ) else {
         return;
     };
-    let p = Problem::builder(Shape::new(1, 2, 2, 16, 16, 64)).build().unwrap();
+    let p = Problem::builder(Shape::new(1, 2, 2, 16, 16, 64))
+        .build()
+        .unwrap();
     let x = generate::<f16>(&p, GenOptions::seed(3));
     let l = Layout::bhsd(2, 16, 64);
     let mut q = vec![f16::ZERO; 3];
@@ -217,9 +243,14 @@ fn tensorcore_misaligned_layouts_are_typed_errors() {
         other => panic!("row stride 68: expected Misaligned(k), got {other:?}"),
     }
     // The Exact path takes the same layouts (scalar loads need no alignment) and gives the CPU's bits.
-    let ex = gpu("tensorcore_misaligned_layouts_are_typed_errors", Path::Exact).expect("the same GPU");
+    let ex = gpu(
+        "tensorcore_misaligned_layouts_are_typed_errors",
+        Path::Exact,
+    )
+    .expect("the same GPU");
     let mut o1 = vec![f16::ZERO; x.q.len()];
-    ex.run_tensors(&p, &host, TensorMut::new(&mut o1, l)).expect("exact takes any stride");
+    ex.run_tensors(&p, &host, TensorMut::new(&mut o1, l))
+        .expect("exact takes any stride");
     let want = Engine::cpu().run(&p, &x.q, &x.k, &x.v, None).unwrap();
     assert_eq!(bits(&o1), bits(&want));
 }

@@ -1194,9 +1194,15 @@ fn structured_one<T: Element>(e: &Engine, d: usize) -> usize {
                                     "{} d{d} {st}: q {pq}, k {pk} (phase {kphase}), v {pv}: row ({b}, {h}, {i})",
                                     tname::<T>()
                                 );
-                                assert!(row.iter().all(|v| v.to_f32().is_finite()), "{what} not finite");
+                                assert!(
+                                    row.iter().all(|v| v.to_f32().is_finite()),
+                                    "{what} not finite"
+                                );
                                 if !sees_a_key(&p, m.as_deref(), b, h, i) {
-                                    assert!(row.iter().all(|v| v.to_bits_u32() == 0), "{what} sees no key, not +0");
+                                    assert!(
+                                        row.iter().all(|v| v.to_bits_u32() == 0),
+                                        "{what} sees no key, not +0"
+                                    );
                                 }
                             }
                         }

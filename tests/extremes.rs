@@ -24,8 +24,14 @@ fn one<T: Element>(e: &Engine, d: usize) -> usize {
                     for h in 0..s.q_heads {
                         for i in 0..s.q_len {
                             let row = &out[((b * s.q_heads + h) * s.q_len + i) * d..][..d];
-                            let what = format!("{} d{d} {st} q {pq} k {pk}/{kphase}: row ({b},{h},{i})", T::DTYPE);
-                            assert!(row.iter().all(|v| v.to_f32().is_finite()), "{what} not finite");
+                            let what = format!(
+                                "{} d{d} {st} q {pq} k {pk}/{kphase}: row ({b},{h},{i})",
+                                T::DTYPE
+                            );
+                            assert!(
+                                row.iter().all(|v| v.to_f32().is_finite()),
+                                "{what} not finite"
+                            );
                             if !sees_a_key(&p, m.as_deref(), b, h, i) {
                                 assert!(row.iter().all(|v| v.to_bits_u32() == 0), "{what}: not +0");
                             }

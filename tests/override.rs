@@ -16,10 +16,35 @@ use std::process::Command;
 
 const VAR: &str = "DETATTN_TEST_CUBIN_DIR";
 
+/// A path of the repository: from the checkout this test was built in, or, where the binary was
+/// carried to another machine (the GPU machine runs it from a copy of the repository), from the
+/// current directory.
+fn repo(rel: &str) -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from(rel)
+    }
+}
+
+/// The CLI of this build: where cargo put it, or scripts/carry.sh's default build beside it.
+fn cli() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_detattn"));
+    if built.exists() {
+        built
+    } else {
+        repo(".carry/bin/detattn")
+    }
+}
+
 /// A folder with every shipped cubin altered in one byte, and a SHA256SUMS that matches them.
-fn altered_folder() -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kernels/cubin");
-    let dir = std::env::temp_dir().join(format!("detattn-altered-cubins-{}", std::process::id()));
+fn altered_folder(tag: &str) -> PathBuf {
+    let src = repo("kernels/cubin");
+    let dir = std::env::temp_dir().join(format!(
+        "detattn-altered-cubins-{tag}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let mut sums = String::new();
     for entry in std::fs::read_dir(&src).unwrap() {
@@ -51,8 +76,8 @@ fn sha256_hex(b: &[u8]) -> String {
 
 #[test]
 fn a_default_build_loads_only_the_embedded_cubins_whatever_the_environment_says() {
-    let dir = altered_folder();
-    let out = Command::new(env!("CARGO_BIN_EXE_detattn"))
+    let dir = altered_folder("info");
+    let out = Command::new(cli())
         .args(["info", "--json"])
         .env(VAR, &dir)
         .output()
@@ -91,7 +116,7 @@ fn on_a_gpu_the_engine_runs_the_embedded_cubins_under_the_variable() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let dir = altered_folder();
+    let dir = altered_folder("gpu");
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
         .args([

@@ -181,6 +181,13 @@ impl CudaBackend {
         launch::memory(&self.dev.ctx)
     }
 
+    /// Bytes of device memory held by live allocations of the device's memory pool (where this
+    /// crate allocates its buffers), after returning the pool's unused reserve to the driver: a
+    /// leak shows here, a cached reserve does not. Synchronise the streams first.
+    pub fn pool_in_use(&self) -> Result<u64> {
+        launch::pool_usage(&self.dev.ctx, true).map(|(used, _)| used)
+    }
+
     /// Host tensors in and out; the engine has checked them (`tensor::check_call`).
     pub(crate) fn run_host<T: Element>(
         &self,

@@ -333,3 +333,42 @@ pub(crate) unsafe fn order_after(
             .map_err(drv("cuStreamWaitEvent"))
     }
 }
+
+/// The device's current memory pool (the one cudarc's stream-ordered allocations come from):
+/// bytes held by live allocations (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`), and bytes the pool keeps
+/// reserved (`RESERVED_MEM_CURRENT`), after returning what no allocation uses to the driver when
+/// `trim` (`cuMemPoolTrimTo(pool, 0)`).
+pub(crate) fn pool_usage(ctx: &CudaContext, trim: bool) -> Result<(u64, u64)> {
+    ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let (mut used, mut reserved) = (0u64, 0u64);
+    use sys::CUmemPool_attribute as A;
+    // SAFETY: `pool` is a valid out-pointer; the device handle is the context's own. The
+    // attribute queries write one u64 each into valid locals. Trimming only releases memory that
+    // no allocation holds.
+    unsafe {
+        sys::cuDeviceGetMemPool(&mut pool, ctx.cu_device())
+            .result()
+            .map_err(drv("cuDeviceGetMemPool"))?;
+        if trim {
+            sys::cuMemPoolTrimTo(pool, 0)
+                .result()
+                .map_err(drv("cuMemPoolTrimTo"))?;
+        }
+        sys::cuMemPoolGetAttribute(
+            pool,
+            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+            (&mut used as *mut u64).cast(),
+        )
+        .result()
+        .map_err(drv("cuMemPoolGetAttribute"))?;
+        sys::cuMemPoolGetAttribute(
+            pool,
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+            (&mut reserved as *mut u64).cast(),
+        )
+        .result()
+        .map_err(drv("cuMemPoolGetAttribute"))?;
+    }
+    Ok((used, reserved))
+}

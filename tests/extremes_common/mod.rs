@@ -40,7 +40,11 @@ fn max_min<T: Element>() -> (u32, u32) {
 }
 
 fn sign_bit<T: Element>() -> u32 {
-    if T::DTYPE == DType::F32 { 0x8000_0000 } else { 0x8000 }
+    if T::DTYPE == DType::F32 {
+        0x8000_0000
+    } else {
+        0x8000
+    }
 }
 
 /// `rows` rows of `d` elements of `pattern`; `phase` flips the alternation (use 0 for Q and V, 1

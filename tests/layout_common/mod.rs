@@ -57,7 +57,10 @@ pub fn place<T: Copy + Default>(
     let qd = [s.batch, s.q_heads, s.q_len, s.head_dim];
     let kd = [s.batch, s.kv_heads, s.kv_len, s.head_dim];
     if kind == Kind::Fused {
-        assert_eq!(s.q_len, s.kv_len, "a fused QKV buffer needs q_len == kv_len");
+        assert_eq!(
+            s.q_len, s.kv_len,
+            "a fused QKV buffer needs q_len == kv_len"
+        );
         let (d, n) = (s.head_dim, s.q_heads + 2 * s.kv_heads);
         let row = n * d;
         let base = Layout {
@@ -98,12 +101,7 @@ pub fn rows([b, h, s, _]: [usize; 4]) -> impl Iterator<Item = [usize; 3]> {
 }
 
 /// Whether every element of `buf` outside the rows of `layout` still holds `fill`'s bits.
-pub fn untouched_outside_rows(
-    buf: &[u32],
-    dims: [usize; 4],
-    layout: Layout,
-    fill: u32,
-) -> bool {
+pub fn untouched_outside_rows(buf: &[u32], dims: [usize; 4], layout: Layout, fill: u32) -> bool {
     let d = dims[3];
     let mut mine = vec![false; buf.len()];
     for [b, h, s] in rows(dims) {

@@ -151,13 +151,15 @@ impl Exact {
                 smem: smem as u32,
             };
         }
+        // Every Exact kernel takes one `Params` by value.
+        let abi = [std::mem::size_of::<Params>()];
         let by_dt = |stem: &str, smem: u32| -> Result<[Kernel; 3]> {
-            let f = |d: &str| module.kernel(&format!("{stem}_{d}"), smem);
+            let f = |d: &str| module.kernel(&format!("{stem}_{d}"), smem, &abi);
             Ok([f("f32")?, f("f16")?, f("bf16")?])
         };
         Ok(Exact {
             prepare: by_dt("detattn_prepare", 0)?,
-            reject: module.kernel("detattn_reject_flags", 0)?,
+            reject: module.kernel("detattn_reject_flags", 0, &abi)?,
             fast: [
                 by_dt("detattn_exact64", cfg[0].smem)?,
                 by_dt("detattn_exact128", cfg[1].smem)?,

@@ -82,13 +82,10 @@ impl Drop for Loaded {
 #[derive(Clone, Debug)]
 pub(crate) struct Module(Arc<Loaded>);
 
-/// One kernel of a [`Module`], with the sizes of its parameters as the driver reports them.
+/// One kernel of a [`Module`].
 #[derive(Clone, Debug)]
 pub(crate) struct Kernel {
     func: sys::CUfunction,
-    name: Arc<str>,
-    /// Bytes of each parameter, in order (`None` on a driver older than 12.4, which cannot say).
-    params: Option<Arc<[usize]>>,
     _module: Arc<Loaded>,
 }
 // SAFETY: a CUfunction is an immutable handle owned by its module, which this Kernel keeps alive.
@@ -112,8 +109,14 @@ impl Module {
         })))
     }
 
-    /// Look up kernel `name` and allow it `smem` bytes of dynamic shared memory.
-    pub(crate) fn kernel(&self, name: &str, smem: u32) -> Result<Kernel> {
+    /// Look up kernel `name`, check that it takes parameters of exactly the sizes `params` (bytes,
+    /// in order) as far as the driver can tell, and allow it `smem` bytes of dynamic shared memory.
+    /// An ABI mismatch between the host and a cubin is then an [`Error::Cuda`] here, never a
+    /// launch. (The driver, from CUDA 12.4, reports each parameter's size by index; a kernel with
+    /// *more* parameters than `params` would only show by asking past the end, which is an API
+    /// error that compute-sanitizer reports, so that case is left to the SASS audit's
+    /// `param_count` rule, which checks every kernel's layout in the cubin.)
+    pub(crate) fn kernel(&self, name: &str, smem: u32, params: &[usize]) -> Result<Kernel> {
         let m = &self.0;
         m.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
         let cname = CString::new(name).map_err(|_| Error::Cuda {
@@ -134,10 +137,9 @@ impl Module {
             }
             .map_err(drv("cuFuncSetAttribute"))?;
         }
+        check_params(func, name, params)?;
         Ok(Kernel {
             func,
-            name: name.into(),
-            params: param_sizes(func)?,
             _module: m.clone(),
         })
     }
@@ -168,24 +170,34 @@ impl Module {
     }
 }
 
-/// The byte size of each parameter of `func`, or `None` where the driver cannot tell (before
-/// CUDA 12.4, whose drivers lack `cuFuncGetParamInfo`; cudarc would panic on the missing symbol).
-fn param_sizes(func: sys::CUfunction) -> Result<Option<Arc<[usize]>>> {
+/// Compare the sizes of `func`'s first `params.len()` parameters with `params` (see
+/// [`Module::kernel`]). A driver older than CUDA 12.4 lacks `cuFuncGetParamInfo` (cudarc would
+/// panic on the missing symbol): nothing is checked there.
+fn check_params(func: sys::CUfunction, name: &str, params: &[usize]) -> Result<()> {
     if driver_version()? < 12040 {
-        return Ok(None);
+        return Ok(());
     }
-    let mut sizes = Vec::new();
-    loop {
+    for (i, &want) in params.iter().enumerate() {
         let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: `func` is a valid function; the out-pointers are valid locals. An index past the
-        // last parameter returns CUDA_ERROR_INVALID_VALUE, which ends the loop.
-        let r = unsafe { sys::cuFuncGetParamInfo(func, sizes.len(), &mut offset, &mut size) };
-        if r != sys::CUresult::CUDA_SUCCESS || sizes.len() > 256 {
-            break;
+        // SAFETY: `func` is a valid function; the out-pointers are valid locals.
+        let r = unsafe { sys::cuFuncGetParamInfo(func, i, &mut offset, &mut size) };
+        if r != sys::CUresult::CUDA_SUCCESS || size != want {
+            return Err(Error::Cuda {
+                op: "kernel ABI check",
+                message: format!(
+                    "{name}: the host passes {} parameters of {params:?} bytes; parameter {i} of the \
+                     cubin's kernel is {}",
+                    params.len(),
+                    if r == sys::CUresult::CUDA_SUCCESS {
+                        format!("{size} bytes")
+                    } else {
+                        "missing".to_string()
+                    }
+                ),
+            });
         }
-        sizes.push(size);
     }
-    Ok(Some(sizes.into()))
+    Ok(())
 }
 
 /// One kernel launch, as data: the kernel, its grid and block, dynamic shared memory, and the
@@ -222,9 +234,8 @@ impl RawStream {
     }
 }
 
-/// Enqueue `launches` on `stream`, in order (asynchronous). Before any launch, each one's
-/// parameter bytes are checked against the sizes the driver reports for its kernel: an ABI
-/// mismatch between the host and a cubin is an [`Error::Cuda`], never a launch.
+/// Enqueue `launches` on `stream`, in order (asynchronous). Each kernel's parameter sizes were
+/// checked against the cubin when it was looked up ([`Module::kernel`]).
 ///
 /// # Safety
 ///
@@ -243,28 +254,14 @@ pub(crate) unsafe fn submit(
 ) -> Result<()> {
     ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
     for l in launches {
-        if let Some(sizes) = &l.kernel.params {
-            let given: Vec<usize> = l.params.iter().map(Vec::len).collect();
-            if given.as_slice() != &sizes[..] {
-                return Err(Error::Cuda {
-                    op: "launch",
-                    message: format!(
-                        "{}: the host passes parameters of {given:?} bytes, the cubin takes {:?}",
-                        l.kernel.name, sizes
-                    ),
-                });
-            }
-        }
-    }
-    for l in launches {
         let mut args: Vec<*mut c_void> = l
             .params
             .iter()
             .map(|p| p.as_ptr().cast::<c_void>().cast_mut())
             .collect();
         // SAFETY: each entry of `args` points to the bytes of one parameter, of the size the
-        // kernel takes (checked above where the driver can tell); the driver copies them at
-        // launch. The device addresses inside, the stream and the launch shape are valid as the
+        // kernel takes (checked when it was looked up, where the driver can tell); the driver
+        // copies them at launch. The device addresses inside, the stream and the launch shape are valid as the
         // caller guarantees (above).
         unsafe {
             result::launch_kernel(

@@ -298,11 +298,15 @@ impl TensorCore {
             read("tc_cfg_dec_d128")?,
             read("tc_cfg_dec_d256")?,
         ];
+        // The attention kernels take the fields of TcArgs one by one; the policy kernels one
+        // TcPolicy.
+        let abi: Vec<usize> = TcArgs::default().params().iter().map(Vec::len).collect();
+        let policy_abi = [std::mem::size_of::<TcPolicy>()];
         let family = |stem: &str, cfg: &[Cfg; 3]| -> Result<[[[Kernel; 2]; 3]; 2]> {
             let one = |dt: &str, di: usize, causal: bool| {
                 let d = TENSORCORE_HEAD_DIMS[di];
                 let c = if causal { "_causal" } else { "" };
-                module.kernel(&format!("{stem}_{dt}_d{d}{c}"), cfg[di].smem)
+                module.kernel(&format!("{stem}_{dt}_d{d}{c}"), cfg[di].smem, &abi)
             };
             let by_d = |dt: &str| -> Result<[[Kernel; 2]; 3]> {
                 Ok([
@@ -315,8 +319,8 @@ impl TensorCore {
         };
         let by_dt = |stem: &str| -> Result<[Kernel; 2]> {
             Ok([
-                module.kernel(&format!("{stem}_f16"), 0)?,
-                module.kernel(&format!("{stem}_bf16"), 0)?,
+                module.kernel(&format!("{stem}_f16"), 0, &policy_abi)?,
+                module.kernel(&format!("{stem}_bf16"), 0, &policy_abi)?,
             ])
         };
         Ok(TensorCore {
@@ -326,8 +330,8 @@ impl TensorCore {
             cfg_dec,
             sanitize: by_dt("tc_sanitize")?,
             poison: by_dt("tc_poison")?,
-            first_bad: module.kernel("tc_first_bad", 0)?,
-            any_flag: module.kernel("tc_any_flag", 0)?,
+            first_bad: module.kernel("tc_first_bad", 0, &policy_abi)?,
+            any_flag: module.kernel("tc_any_flag", 0, &policy_abi)?,
         })
     }
 }

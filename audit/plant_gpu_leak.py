@@ -9,7 +9,7 @@ DIR/exact.sm_90.cubin with a manifest.json in the format the crate's test overri
 (`DETATTN_TEST_CUBIN_DIR=DIR`). The shortcuts:
 
 - skip the rescale `acc *= alpha` when the running maximum did not move (alpha == 1), the classic
-  "optimisation" DESIGN.md §5 forbids;
+  "optimisation" docs/design.md §6 forbids;
 - skip a group of four keys' multiply-adds in P·V when their weights are all zero (masked keys).
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda` must report the leak

@@ -16,7 +16,7 @@ a missing one is an error (src/cuda/cubins.rs), so the Exact one is copied uncha
   probabilities, so the "all-masked" class runs no P·V at all: this is the one the harness must
   see. Bits: the skipped products add exactly 0·V to O (finite V), so O is unchanged;
 - skip the rescale `O *= corr` when the running maximum did not move (corr == 1), the classic
-  "optimisation" DESIGN.md §5 forbids (a few multiplies per row and tile: likely below what CUDA
+  "optimisation" docs/design.md §6 forbids (a few multiplies per row and tile: likely below what CUDA
   events resolve, as for the Exact plant).
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda --path tensorcore

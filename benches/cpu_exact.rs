@@ -23,7 +23,7 @@ fn w1(causal: bool) -> Problem {
         .expect("W1 is a valid problem")
 }
 
-/// FLOPs by DESIGN.md §8's convention (halved for a causal square problem).
+/// FLOPs by docs/design.md §9's convention (halved for a causal square problem).
 fn flops(p: &Problem) -> u64 {
     let s = p.shape();
     let f = 4 * (s.batch * s.q_heads * s.q_len * s.kv_len * s.head_dim) as u64;

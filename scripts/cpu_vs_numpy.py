@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""detattn's CPU Exact path next to plain numpy attention, in one command (issue 2, Speed).
+"""detattn's CPU Exact path next to plain numpy attention, in one command (docs/perf.md, "CPU Exact").
 
     python3 scripts/cpu_vs_numpy.py [--rounds N] [--threads N] [--keep-openblas-env]
                                     [--json OUT.json] [--no-build] [--bin PATH]

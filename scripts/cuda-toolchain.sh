@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the pinned CUDA toolchain from PyPI into a venv at the repo root. No GPU and no system CUDA
-# needed (shared/TOOLCHAIN.md records why these routes). See docs/build.md.
+# needed (docs/build.md records why these routes). See docs/build.md.
 #
 #   scripts/cuda-toolchain.sh           Route A -> .venv-cuda/   NVRTC 12.9 + headers, cuobjdump/nvdisasm 13.2
 #   scripts/cuda-toolchain.sh --nvcc13  Route B -> .venv-nvcc13/ full nvcc 13.0: the second compiler (D7)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""detattn next to PyTorch SDPA, in one command, on one GPU (DESIGN.md §8).
+"""detattn next to PyTorch SDPA, in one command, on one GPU (docs/design.md §9).
 
 Usage (on the GPU machine):
     python3 scripts/gpu_compare.py BIN OUT.json [--quick] [--only W1,W2,...] [--paths exact,tensorcore]
@@ -23,7 +23,7 @@ Protocol (both libraries): `--warmup` untimed launches, then `--iters` samples (
 sample `--per-sample` launches back to back between one pair of CUDA events, synchronised; the
 time per launch is the sample / N; median over samples; `--rotate` input sets (never zeros:
 randn for SDPA, detattn's seeded generator) cycled so that one does not sit in L2.
-`--per-sample 1` (the default) is the anchors' protocol (shared/anchors/sdpa_anchor.py: one call
+`--per-sample 1` (the default) is the anchors' protocol (the anchors of docs/design.md §9: one call
 per event pair); 10 was the earlier Python harness's (docs/tensorcore.md, "Measured"), which hides
 the host's launch overhead on short problems.
 
@@ -75,7 +75,7 @@ def parse_args():
     if a.per_sample < 1:
         ap.error("--per-sample must be >= 1")
     if a.iters < 20:
-        ap.error("--iters must be >= 20 (DESIGN.md §8)")
+        ap.error("--iters must be >= 20 (docs/design.md §9)")
     if a.rotate < 4:
         ap.error("--rotate must be >= 4 (inputs must not sit in L2)")
     ids = list(WORKLOADS)

@@ -8,7 +8,7 @@ It re-implements, with NumPy, bit for bit:
   even, subnormals kept;
 * the output digest (`src/digest.rs` module docs): SHA-256 over a canonical encoding;
 
-and compares the digests of the golden problems (`src/golden.rs`) with the pinned snapshot
+and compares the digests of the golden problems (`src/golden.rs`) with the pinned digests in
 `golden/exact.txt`.
 
 Usage (Python >= 3.11, NumPy; see scripts/requirements-pyref.txt):
@@ -224,7 +224,7 @@ FULL = (True, True)
 SHARED = (False, False)
 PER_BATCH = (True, False)
 
-# Transcribed from src/golden.rs `cases()`, in snapshot order.
+# Transcribed from src/golden.rs `cases()`, in the order of golden/exact.txt.
 CASES = [
     Case("f32_mha", (2, 4, 4, 33, 33, 64), "f32", 1),
     Case("f16_mha", (2, 4, 4, 33, 33, 64), "f16", 2),

@@ -1,4 +1,4 @@
-//! Output digests (DESIGN.md §7): SHA-256 over a canonical encoding, printed as lowercase hex.
+//! Output digests (docs/design.md §8): SHA-256 over a canonical encoding, printed as lowercase hex.
 //!
 //! Encoding, all integers little-endian:
 //!

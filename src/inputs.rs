@@ -1,4 +1,4 @@
-//! Seeded inputs: part of the contract (DESIGN.md §7), so anyone can regenerate the golden
+//! Seeded inputs: part of the contract (docs/design.md §8), so anyone can regenerate the golden
 //! problems' inputs. No transcendental functions: every value is an integer times a power of two,
 //! exact in its dtype, so the inputs are the same bits on every machine.
 //!

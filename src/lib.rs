@@ -8,11 +8,12 @@
 //!
 //! On the [`Path::Exact`] path:
 //!
-//! - **The bits are defined by a document.** `docs/numerics.md` fixes every operation and its
-//!   order; the CPU backend implements it and the CUDA backend mirrors it. Same inputs, same
-//!   options: same output bits on every run (D1), whatever the batch around a problem (D2),
-//!   decode or prefill (D3), whichever subset of query rows is computed (D4), whatever the thread
-//!   count (D5), CPU or GPU (D6).
+//! - **The bits are defined by a document.** `docs/numerics.md` (contract version
+//!   [`CONTRACT_VERSION`]) fixes every operation and its order; the CPU backend implements it and
+//!   the CUDA backend mirrors it. Same inputs, same options: same output bits on every run (D1),
+//!   whatever the batch around a problem (D2), decode or prefill (D3), whichever subset of query
+//!   rows is computed (D4), whatever the thread count, stream or memory [`Layout`] (D5), CPU or
+//!   GPU (D6). The contracts in full: `docs/design.md`.
 //! - **No NaN, no ±inf from finite input**, including values at the dtype's largest magnitude. A
 //!   row with no valid key (fully masked, or a key length of 0) is exactly 0.
 //! - **Non-finite input** follows the [`NonFinitePolicy`] you choose: rejected with an error that
@@ -22,15 +23,18 @@
 //!   [`Error`] naming the argument; the library does not panic on user input and leaves the
 //!   output untouched when it returns an error.
 //! - **No branch, loop bound or address depends on the values** of Q, K, V or the mask on either
-//!   backend: masked keys contribute zero by selection; only public data (shapes, key lengths, the
-//!   causal flag) decide what is skipped.
+//!   backend: masked keys contribute zero by selection; only public data (shapes, layouts, key
+//!   lengths, the causal flag) decide what is skipped.
+//! - **What runs is what was audited**: the GPU kernels are embedded cubins checked against their
+//!   recorded SHA-256 before loading; no environment variable, file or argument of a default build
+//!   changes which machine code runs (the test-only override needs the `test-override` feature).
 //!
 //! On the [`Path::TensorCore`] path (CUDA only; f16/bf16, head_dim 64/128/256, both
 //! [`NonFinitePolicy`]s; `docs/tensorcore.md`):
 //!
 //! - **Bitwise reproducible on one GPU architecture**: same bits run to run (D1), whatever the
 //!   batch around a problem (D2), decode or prefill (D3), the subset of query rows (D4), the
-//!   stream (D5). Golden digests are recorded per architecture (`tests/snapshots/`).
+//!   stream or the layout (D5). Golden digests are recorded per architecture (`golden/`).
 //! - **Bounded error, not the CPU's bits**: relative L2 error against `Exact` ≤ 1e-2 (bf16) and
 //!   ≤ 2e-3 (f16), measured on 300 random problems with values in [−2, 2).
 //! - **No NaN, no ±inf from finite input**, as on `Exact`: any finite values (up to ±65504 in f16,
@@ -40,8 +44,9 @@
 //!   `Propagate` writes the canonical NaN to exactly the rows the `Exact` contract names
 //!   (`docs/numerics.md` §7), and every other row gets the bits of the same call with the
 //!   non-finite values replaced by +0.
-//! - f32 inputs and other head dims are typed errors ([`Error::DTypeUnsupported`],
-//!   [`Error::HeadDimUnsupported`]), never a fallback.
+//! - f32 inputs, other head dims and layouts whose offsets or strides are not multiples of 8
+//!   elements are typed errors ([`Error::DTypeUnsupported`], [`Error::HeadDimUnsupported`],
+//!   [`Error::Misaligned`]), never a fallback.
 //!
 //! ## What is not promised
 //!
@@ -82,8 +87,8 @@
 //!
 //! ## Where to read next
 //!
-//! [`problem`] (what is valid) → [`numerics`] (the contract) → `cpu` (the reference) →
-//! `cuda` and `kernels/` (the mirror) → `audit/` (the evidence).
+//! [`problem`] and [`tensor`] (what is valid) → [`numerics`] (the contract) → `cpu` (the
+//! reference) → `cuda` and `kernels/` (the paths and the launch edge) → `audit/` (the evidence).
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]

@@ -1,4 +1,4 @@
-//! GPU contract tests of the `TensorCore` path (issue 5, docs/tensorcore.md): D1 (1000 runs),
+//! GPU contract tests of the `TensorCore` path (docs/tensorcore.md): D1 (1000 runs),
 //! D2 (a problem alone and inside batches of 1..64), D3 (decode = causal prefill at every row),
 //! D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
 //! planted, the error against the CPU `Exact` path on 300 random problems, finite output at the

@@ -1,4 +1,4 @@
-//! Property tests of the CPU `Exact` path (issue 2, "Property tests"; DESIGN.md D1–D5;
+//! Property tests of the CPU `Exact` path (docs/design.md §4, D1–D5;
 //! docs/numerics.md §1, §4, §5, §7). Every property compares bits, never values with a tolerance.
 //!
 //! - D1: the same call twice, and `run` vs `run_into`, give the same bits.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build variants of the shipped TensorCore kernels whose exponentials (and reciprocals) are the
 software functions of tcmodel/kernels/sw_math.cuh instead of MUFU.EX2 / MUFU.RCP, for the A/B of
-issue 14 (docs/tensorcore-cpu-model.md §6). Text substitution in a copy of kernels/tensorcore.cu,
+the research note (docs/tensorcore-cpu-model.md §6). Text substitution in a copy of kernels/tensorcore.cu,
 compiled exactly as the shipped cubin is (kernels/build.py: the pinned NVRTC, the same program
 name and options; the header's text is inserted into the source, so not even an -I differs), for
 sm_90 only. Each variant folder is what the crate's test override reads

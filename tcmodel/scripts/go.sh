@@ -1,5 +1,5 @@
 #!/bin/bash
-# The one GPU command of issue 14 (run on the device machine from the repository root with the
+# The one GPU command of the research note docs/tensorcore-cpu-model.md (run on the device machine from the repository root with the
 # carry folder .carry-h14, built here by tcmodel/scripts/pack.sh). Stages, each under a time limit
 # and all under one deadline (DEADLINE seconds from the start; what does not fit is skipped):
 #   info   nvidia-smi, detattn info

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Build everything the GPU command of issue 14 needs and pack it into the carry folder of the
+# Build everything the GPU command of docs/tensorcore-cpu-model.md needs and pack it into the carry folder of the
 # checkout the device tool sends (default /work/main/.carry-h14; it must be git-ignored there).
 #   bash tcmodel/scripts/pack.sh [CARRY_DIR]
 # Then, with the device tool: carry [".carry-h14"], command "bash .carry-h14/go.sh".

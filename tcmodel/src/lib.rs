@@ -1,4 +1,4 @@
-//! tcmodel: the research behind issue 14 ("toward TensorCore bits that a CPU can reproduce").
+//! tcmodel: the research "toward TensorCore bits that a CPU can reproduce" (docs/tensorcore-cpu-model.md).
 //! Never shipped; nothing in the `detattn` crate depends on it.
 //!
 //! - [`mma`]: a bit-exact CPU model of the H100 tensor-core MMA, f16/bf16 inputs, f32 accumulator.

@@ -1,5 +1,5 @@
 //! `detattn-dudect`: a dudect-style constant-time test of the `Exact` and `TensorCore` paths
-//! (DESIGN.md §5).
+//! (docs/design.md §6).
 //!
 //! For each input class (zeros, subnormals, huge, non-finite, one-hot peaked scores, all masked,
 //! all attending)
@@ -50,7 +50,7 @@ use welch::{Moments, cropped_t, welch_t};
 
 /// dudect's threshold: |t| above it is evidence of a timing difference.
 const T_PASS: f64 = 4.5;
-/// What the planted leak must reach (issue 4).
+/// What the planted leak must reach (audit.md, "Timing").
 const T_LEAK: f64 = 10.0;
 /// Percentiles at which the cropped tests cut the pooled samples.
 const CROPS: [f64; 5] = [0.5, 0.75, 0.9, 0.95, 0.99];

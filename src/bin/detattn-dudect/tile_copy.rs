@@ -7,7 +7,7 @@
 //! - `Hardened`: the fixes for the two leaks this harness found in the library (see
 //!   [`Variant::Hardened`]); it should pass.
 //! - `Leaky`: `Hardened` plus two data-dependent shortcuts that real kernels take and that
-//!   DESIGN.md §5 forbids. Neither changes an output bit, so only the time can tell; this shows
+//!   docs/design.md §6 forbids. Neither changes an output bit, so only the time can tell; this shows
 //!   that the harness detects a leak on top of an otherwise clean loop:
 //!   - it skips the rescale of `l` and `acc` when the tile did not raise the running maximum
 //!     (`alpha` is then exactly 1);

@@ -1,4 +1,4 @@
-//! `detattn bench`: time one problem by the protocol of DESIGN.md §8 — warm-up, at least 20 timed
+//! `detattn bench`: time one problem by the protocol of docs/design.md §9 — warm-up, at least 20 timed
 //! samples by default, median; seeded inputs (never zeros) rotated across several sets.
 //!
 //! On a GPU either path is timed with CUDA events by `CudaBackend::bench_path`: `--per-sample N`
@@ -7,7 +7,7 @@
 //! CPU each `Engine::run` call is timed with `std::time::Instant` (the whole call: the non-finite
 //! scan, the staging of K and V, the kernel and the output allocation), one call per sample.
 //!
-//! Reported: time, TF/s (FLOPs as DESIGN.md §8 counts them), and GB/s of the bytes one call must
+//! Reported: time, TF/s (FLOPs as docs/design.md §9 counts them), and GB/s of the bytes one call must
 //! move (Q, K, V read once, O written once, in the dtype; the mask is not counted) with the
 //! arithmetic intensity, so that a memory-bound problem (decode) can be read against the
 //! device's copy bandwidth.

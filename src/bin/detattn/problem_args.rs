@@ -278,7 +278,7 @@ pub(crate) fn shape_json(p: &Problem) -> serde_json::Value {
     })
 }
 
-/// FLOPs of the problem by the usual convention (DESIGN.md §8): 4·B·Hq·Sq·Skv·D, halved for a
+/// FLOPs of the problem by the usual convention (docs/design.md §9): 4·B·Hq·Sq·Skv·D, halved for a
 /// causal square problem. Counts the nominal work, not what masking or key lengths skip.
 pub(crate) fn flops(p: &Problem) -> f64 {
     let s = p.shape();

@@ -1,4 +1,4 @@
-//! tcharness: the GPU harness of issue 14 (test code, never shipped).
+//! tcharness: the GPU harness of docs/tensorcore-cpu-model.md (test code, never shipped).
 //!
 //! ```text
 //! tcharness mma   [--cubin F] [--instr mma|wgmma|both] [--mma-log2 N] [--wgmma-log2 N] [--seed S] [--out DIR] [--cpu-only [--plant]]

@@ -25,7 +25,7 @@ class NonFiniteError(ValueError):
 
 def _raise(err: _native.Error):
     """Re-raise a native error as the exception its kind promises, with the crate's message."""
-    kind, message, tensor = err.args[0]
+    kind, message, tensor = err.args
     if kind == "nonfinite":
         raise NonFiniteError(message, tensor) from None
     if kind == "runtime":
@@ -54,7 +54,8 @@ def _bhsd(a: Arr, layout: str, name: str):
         (b, h, s, d), (sb, sh, ss, sd) = a.shape, a.strides
     else:
         (b, s, h, d), (sb, ss, sh, sd) = a.shape, a.strides
-    if d > 1 and sd != 1:
+    # (An empty tensor has no rows to read; the library reports its zero dimension by name.)
+    if d > 1 and sd != 1 and 0 not in a.shape:
         raise ValueError(
             f"{name}'s last dimension (head_dim) must be contiguous (stride 1), got strides "
             f"{a.strides}: detattn reads rows of head_dim elements in place and never copies an "

@@ -34,7 +34,7 @@ create_exception!(
     _native,
     Error,
     PyException,
-    "A detattn error: args[0] is (kind, message, tensor); kind is 'value', 'nonfinite' or 'runtime'."
+    "A detattn error: args are (kind, message, tensor); kind is 'value', 'nonfinite' or 'runtime'."
 );
 
 /// Why a call failed, before it becomes a Python exception.

@@ -15,8 +15,9 @@ export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 "$VENV/bin/python" -m pip install -q -r python/requirements-build.txt
 # One abi3 wheel (CPython >= 3.9) into python/dist, built in python/target (both git-ignored).
 rm -rf python/dist
+# (The per-crate lines are dropped from the log; a failing build still fails the script: pipefail.)
 (cd python && "../$VENV/bin/maturin" build --release --locked -o dist 2>&1 \
-    | grep -vE '^\s+(Compiling|Downloaded|Downloading) ' || true)
+    | sed -E '/^ +(Compiling|Downloaded|Downloading) /d')
 WHEEL=$(ls python/dist/detattn-*-abi3-*.whl)
 "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEEL"
 # The wheel's import check, away from the source tree (whose detattn/ has no extension in it).

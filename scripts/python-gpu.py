@@ -282,6 +282,23 @@ def stream(args):
     record("stream", ok, "; ".join(
         f"{p}: result on a non-default stream equal to the reference {eq}, call returned in {ret * 1e3:.1f} ms, "
         f"stream still busy after the call {pend}" for p, eq, ret, pend in rows), rows)
+    # Informational (not a pass condition): the same on torch's default stream, which is the legacy
+    # default stream the library's own allocations and uploads use. Correct either way; whether
+    # the call waits for earlier work there is what this measures.
+    st = torch.cuda.default_stream()
+    with torch.cuda.stream(st):
+        q, k, v = (torch.zeros_like(t) for t in src)
+        torch.cuda._sleep(200_000_000)
+        for dst, x in zip((q, k, v), src):
+            dst.copy_(x)
+        t0 = time.perf_counter()
+        out = detattn.attention(q, k, v, causal=True, nonfinite="propagate")
+        returned = time.perf_counter() - t0
+        consumed = out.clone()
+    torch.cuda.synchronize()
+    record("stream_default", bits(consumed) == want,
+           f"(informational) on torch's default stream behind a 0.1 s kernel: result equal {bits(consumed) == want}, "
+           f"call returned in {returned * 1e3:.1f} ms (propagate)", returned)
 
 
 def ref64(q, k, v, mask=None, causal=False, scale=None):
@@ -475,6 +492,46 @@ def hf(args):
            f"padding, 4 layers): with the same q/k/v bits {sum(r['replay_equal'] for r in rows)}/{len(rows)} "
            f"bit-identical; end to end (q/k/v from the model's own projections in each run) "
            f"(side, layer, inputs equal, outputs equal) = {e2e}", rows)
+
+    # Cached decode, alone and in a left-padded batch (generate() pads on the left): every decode
+    # step's attention rows of the sequence, end to end and with the same q, k, v (replay). All
+    # keys stay inside the first 64-key tile here (11 + 12 pad + 8 new), where left padding keeps
+    # the bits (docs/python.md).
+    model.generation_config.eos_token_id = None
+    def gen(ids, am):
+        calls.clear()
+        with torch.no_grad():
+            t = model.generate(ids, attention_mask=am, max_new_tokens=8, do_sample=False,
+                               pad_token_id=0)
+        return t, [c for c in calls if c["sq"] == 1]
+    pad = b_ids.shape[1] - a_ids.shape[1]
+    ids = torch.zeros(2, b_ids.shape[1], dtype=torch.long, device=DEV)
+    am = torch.zeros_like(ids)
+    ids[0, pad:], am[0, pad:] = a_ids[0], 1
+    ids[1], am[1] = b_ids[0], 1
+    ta, da = gen(a_ids, torch.ones_like(a_ids))
+    tb, db = gen(ids, am)
+    same_tokens = ta[0, -8:].tolist() == tb[0, -8:].tolist()
+    drows = []
+    for ca, cb in zip(da, db):
+        same_in = bits(ca["q"][0]) == bits(cb["q"][0]) and all(
+            bits(ca[n][0]) == bits(cb[n][0, :, pad:]) for n in ("k", "v"))
+        same_out = bits(ca["out"][0]) == bits(cb["out"][0])
+        q2, k2, v2 = cb["q"].clone(), cb["k"].clone(), cb["v"].clone()
+        q2[0], k2[0, :, pad:], v2[0, :, pad:] = ca["q"][0], ca["k"][0], ca["v"][0]
+        mod = model.model.layers[ca["layer"]].self_attn
+        with torch.no_grad():
+            o2, _ = dhf.attention_forward(mod, q2, k2, v2, cb["mask"], **cb["kw"])
+        drows.append(dict(layer=ca["layer"], skv=(ca["skv"], cb["skv"]), inputs_equal=same_in,
+                          outputs_equal=same_out, replay_equal=bits(ca["out"][0]) == bits(o2[0]),
+                          mask=None if cb["mask"] is None else tuple(cb["mask"].shape)))
+    ok = len(drows) == len(da) == len(db) > 0 and all(r["replay_equal"] for r in drows) and all(
+        r["outputs_equal"] for r in drows if r["inputs_equal"])
+    record("hf_decode_batch_alone", ok,
+           f"{len(drows)} cached-decode attention calls of the 11-token sequence alone vs in a left-padded batch "
+           f"of 2: with the same q/k/v {sum(r['replay_equal'] for r in drows)}/{len(drows)} bit-identical; end "
+           f"to end inputs equal in {sum(r['inputs_equal'] for r in drows)}, outputs equal in "
+           f"{sum(r['outputs_equal'] for r in drows)}; generated tokens equal {same_tokens}", drows)
 
 
 CHECKS = [env, selftest, cli, nocopy, stream, dropin, threads, hf]

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from . import _native
-from ._arrays import host_raw
+from ._arrays import host_raw, wrap
 from ._core import _call, _run
 from .inputs import generate
 
@@ -100,8 +100,9 @@ def _consistency(files, cases):
     return out
 
 
-def _problem_inputs(case):
-    """The case's inputs from this package's generator, as host arrays (bf16 as uint16 bits)."""
+def _run_case(case, path, device, torch):
+    """Digest of one golden case through the package on ``device`` (``"cpu"``: NumPy arrays;
+    ``"cuda:N"``: torch CUDA tensors), its inputs from this package's generator."""
     x = generate(
         case["dims"],
         case["dtype"],
@@ -110,12 +111,6 @@ def _problem_inputs(case):
         mask=case["mask"],
         blank_rows_every=case["blank_rows_every"],
     )
-    return x
-
-
-def _run_case(case, path, device, torch):
-    """Digest of one golden case through the package on ``device`` (``cpu`` or a torch device)."""
-    x = _problem_inputs(case)
     tag = case["dtype"]
     if device == "cpu":
         q, k, v = (host_raw(np.ascontiguousarray(x[n]), tag) for n in ("q", "k", "v"))
@@ -123,11 +118,12 @@ def _run_case(case, path, device, torch):
     else:
 
         def dev(a):
+            # bf16 travels as its bit patterns (NumPy has no bfloat16) and is viewed back on torch.
             t = torch.from_numpy(a.view(np.int16) if tag == "bf16" else a)
             t = t.view(torch.bfloat16) if tag == "bf16" else t
-            return t.to(device)
+            return wrap(t.to(device), "tensor")
 
-        q, k, v = (host_raw_torch(dev(x[n])) for n in ("q", "k", "v"))
+        q, k, v = (dev(x[n]) for n in ("q", "k", "v"))
         mask = None if x["mask"] is None else torch.from_numpy(x["mask"]).to(device)
     out = _run(
         q,
@@ -152,12 +148,6 @@ def _run_case(case, path, device, torch):
     b, hq, _, sq, _, d = case["dims"]
     o = host_raw(out, tag)
     return _call(_native.digest, path, tag, [b, hq, sq, d], (o.ptr, o.extent(), *o.strides[:3]))
-
-
-def host_raw_torch(t):
-    from ._arrays import wrap  # noqa: PLC0415
-
-    return wrap(t, "tensor")
 
 
 def _torch_for_gpus():

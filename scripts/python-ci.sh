@@ -10,6 +10,10 @@ VENV=python/.venv-ci
 rm -rf "$VENV"
 export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# The extension crate's formatting and lints (python/ is a workspace of its own: the root steps
+# do not see it).
+cargo fmt --check --manifest-path python/Cargo.toml
+cargo clippy --release --locked --manifest-path python/Cargo.toml -- -D warnings
 scripts/python-setup.sh "$VENV"
 "$VENV/bin/python" -m pip install -q -r python/requirements-test.txt
 cargo build --release --bin detattn

@@ -1,0 +1,350 @@
+"""The public entry points: :func:`attention`, the drop-in :func:`scaled_dot_product_attention`
+and :func:`digest`. They check what only Python can see (array kinds, ranks, dtypes, devices),
+build the tensors' descriptors without copying them, and let the library check the rest."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _native
+from ._arrays import DTYPE_NAMES, ITEMSIZE, Arr, _torch, empty_like_kind, wrap
+
+_LAYOUTS = ("bhsd", "bshd")
+_FLOATS = ("f32", "f16", "bf16")
+
+
+class NonFiniteError(ValueError):
+    """An input holds a NaN or ±inf under ``nonfinite="reject"`` (the default): nothing was
+    computed or written. :attr:`tensor` names the first of ``"q"``, ``"k"``, ``"v"`` that holds
+    one. A subclass of ``ValueError``: non-finite input is invalid input under that policy."""
+
+    def __init__(self, message: str, tensor: str):
+        super().__init__(message)
+        self.tensor = tensor
+
+
+def _raise(err: _native.Error):
+    """Re-raise a native error as the exception its kind promises, with the crate's message."""
+    kind, message, tensor = err.args
+    if kind == "nonfinite":
+        raise NonFiniteError(message, tensor) from None
+    if kind == "runtime":
+        raise RuntimeError(message) from None
+    raise ValueError(message) from None
+
+
+def _call(fn, *args):
+    try:
+        return fn(*args)
+    except _native.Error as e:
+        _raise(e)
+
+
+def _dtype_name(tag: str) -> str:
+    return DTYPE_NAMES.get(tag, tag)
+
+
+def _bhsd(a: Arr, layout: str, name: str):
+    """``a``'s logical dims ``(B, H, S, D)`` and element strides ``(b, h, s)``, from ``layout``;
+    D must be contiguous."""
+    if len(a.shape) != 4:
+        want = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
+        raise ValueError(f"{name} must be 4-D {want} (layout {layout!r}), got shape {a.shape}")
+    if layout == "bhsd":
+        (b, h, s, d), (sb, sh, ss, sd) = a.shape, a.strides
+    else:
+        (b, s, h, d), (sb, ss, sh, sd) = a.shape, a.strides
+    # (An empty tensor has no rows to read; the library reports its zero dimension by name.)
+    if d > 1 and sd != 1 and 0 not in a.shape:
+        raise ValueError(
+            f"{name}'s last dimension (head_dim) must be contiguous (stride 1), got strides "
+            f"{a.strides}: detattn reads rows of head_dim elements in place and never copies an "
+            f"input; make it contiguous yourself if that is what you want"
+        )
+    return (b, h, s, d), (sb, sh, ss)
+
+
+def _desc(a: Arr, strides):
+    return (a.ptr, a.extent(), *strides)
+
+
+def _mask(m, aq: Arr, dims):
+    """The mask as the library takes it: a dense ``[B or 1, Hq or 1, Sq, Skv]`` boolean buffer on
+    q's device. A mask already laid out so is read in place; a broadcast one (``[Sq, Skv]``,
+    ``[B, 1, 1, Skv]``, an expanded view…) is first made dense in its own kind and device."""
+    b, hq, sq, skv = dims
+    am = wrap(m, "attn_mask")
+    if am.dtype != "bool":
+        raise ValueError(
+            f"attn_mask must be boolean (True = take part in attention), got {_dtype_name(am.dtype)}: "
+            "float (additive) masks are not supported (detattn selects masked keys, it never adds "
+            "-inf); pass a boolean mask"
+        )
+    if am.device != aq.device:
+        raise ValueError(f"attn_mask is on {am.device_name}, q on {aq.device_name}: put them on one device")
+    nd = len(am.shape)
+    if not 1 <= nd <= 4:
+        raise ValueError(f"attn_mask must have 1 to 4 dimensions, got shape {am.shape}")
+    shape = (1,) * (4 - nd) + am.shape
+    strides = (0,) * (4 - nd) + am.strides
+    target = (b, hq, sq, skv)
+    if any(n not in (1, t) for n, t in zip(shape, target)):
+        raise ValueError(
+            f"attn_mask of shape {am.shape} does not broadcast to [B, Hq, Sq, Skv] = {list(target)}"
+        )
+    # A dimension of size B (Hq) whose stride is 0 holds one value for all: not "per batch".
+    per_batch = b > 1 and shape[0] == b and strides[0] != 0
+    per_head = hq > 1 and shape[1] == hq and strides[1] != 0
+    bm, hm = (b if per_batch else 1), (hq if per_head else 1)
+    dense = (
+        shape[2] == sq
+        and shape[3] == skv
+        and (skv == 1 or strides[3] == 1)
+        and (sq == 1 or strides[2] == skv)
+        and (hm == 1 or strides[1] == sq * skv)
+        and (bm == 1 or strides[0] == hm * sq * skv)
+    )
+    if not dense:
+        x = am.obj
+        if am.kind == "dlpack":
+            if am.device[0] != "cpu":
+                raise ValueError("a broadcast CUDA attn_mask must be a torch tensor (or pass it dense)")
+            x = np.from_dlpack(x)
+        x = x[(None,) * (4 - nd)]
+        if am.kind == "torch":
+            x = x.expand(*target)[:bm, :hm].contiguous()
+        else:
+            x = np.ascontiguousarray(np.broadcast_to(x, target)[:bm, :hm])
+        am = wrap(x, "attn_mask")
+    return (am.ptr, bm * hm * sq * skv), (per_batch, per_head), am
+
+
+def _kv_lens(kv_lens):
+    if kv_lens is None:
+        return None
+    vals = kv_lens.tolist() if hasattr(kv_lens, "tolist") else list(kv_lens)
+    out = []
+    for x in vals:
+        if isinstance(x, bool) or int(x) != x or x < 0:
+            raise ValueError(f"kv_lens must be non-negative integers, got {vals}")
+        out.append(int(x))
+    return out
+
+
+def attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    scale=None,
+    attn_mask=None,
+    kv_lens=None,
+    layout="bhsd",
+    path="exact",
+    nonfinite="reject",
+    out=None,
+    causal_align="bottom-right",
+):
+    """Scaled dot-product attention, forward: ``softmax(scale · q kᵀ) v`` with detattn's promises.
+
+    ``q`` is ``[B, Hq, Sq, D]``, ``k`` and ``v`` are ``[B, Hkv, Skv, D]`` (``Hq`` a multiple of
+    ``Hkv``: MHA, GQA, MQA), or ``[B, S, H, D]`` with ``layout="bshd"``. They may be NumPy arrays
+    (computed on the CPU), torch tensors (CPU tensors on the CPU; CUDA tensors on their own GPU
+    and on its *current* torch stream, asynchronously), or any object with ``__dlpack__``; float32,
+    float16 or bfloat16, one dtype for all. Any strides work as long as the head dimension is
+    contiguous: views into a fused QKV buffer, transposes of ``[B, S, H, D]`` — nothing is
+    copied. The result is written into ``out`` (any such strided view, same kind, dtype and
+    device) or into a new array of q's kind, contiguous in ``layout``, which is returned.
+
+    Options: ``causal`` with ``causal_align`` ``"bottom-right"`` (the default: the last query row
+    sees every key, as when decoding against a KV cache) or ``"top-left"`` (PyTorch's
+    ``is_causal``: row ``i`` sees keys ``0..=i``); ``scale`` (default: the float32 nearest
+    ``1/sqrt(D)``); ``attn_mask`` boolean, ``True`` = attend, broadcastable to ``[B, Hq, Sq, Skv]``;
+    ``kv_lens`` per-batch key lengths; ``path`` ``"exact"`` (f32 arithmetic in the documented
+    order: the same bits on the CPU and every GPU) or ``"tensorcore"`` (CUDA, f16/bf16, head_dim
+    64/128/256: the same bits run to run on one GPU architecture); ``nonfinite`` ``"reject"``
+    (NaN or ±inf in q, k or v raises :class:`NonFiniteError`, nothing is written) or
+    ``"propagate"`` (exactly the affected rows become NaN).
+
+    Errors: ``ValueError`` for invalid input, ``NonFiniteError`` (a ``ValueError``) for rejected
+    non-finite input, ``RuntimeError`` for CUDA faults, with the library's messages; ``TypeError``
+    for an object that is not an array. The GIL is released while computing.
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be 'bhsd' or 'bshd', got {layout!r}")
+    aq, ak, av = wrap(q, "q"), wrap(k, "k"), wrap(v, "v")
+    return _run(aq, ak, av, causal, causal_align, scale, attn_mask, kv_lens, layout, path, nonfinite, out)
+
+
+def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, nonfinite, out, out_tag=None):
+    if aq.dtype not in _FLOATS:
+        raise ValueError(f"q has dtype {_dtype_name(aq.dtype)}; detattn takes float32, float16 and bfloat16")
+    for name, a in (("k", ak), ("v", av)):
+        if a.dtype != aq.dtype:
+            raise ValueError(
+                f"q, k and v must have one dtype: q is {_dtype_name(aq.dtype)}, {name} is {_dtype_name(a.dtype)}"
+            )
+        if a.device != aq.device:
+            raise ValueError(f"q is on {aq.device_name}, {name} on {a.device_name}: put them on one device")
+    (b, hq, sq, d), qs = _bhsd(aq, layout, "q")
+    (bk, hkv, skv, dk), ks = _bhsd(ak, layout, "k")
+    kv_dims, vs = _bhsd(av, layout, "v")
+    if kv_dims != (bk, hkv, skv, dk):
+        raise ValueError(f"k and v must have the same shape, got {ak.shape} and {av.shape}")
+    if (bk, dk) != (b, d):
+        raise ValueError(
+            f"q and k must have the same batch size and head_dim: q {aq.shape}, k {ak.shape} (layout {layout!r})"
+        )
+    oshape = (b, hq, sq, d) if layout == "bhsd" else (b, sq, hq, d)
+    if out is None:
+        result = empty_like_kind(aq, oshape)
+        ao = wrap(result, "out")
+        ao.dtype = aq.dtype  # the same dtype as q (a raw bf16 buffer stays bf16)
+    else:
+        result = out
+        ao = wrap(out, "out")
+        if ao.shape != oshape:
+            raise ValueError(f"out must have shape {oshape} (layout {layout!r}), got {ao.shape}")
+        if ao.dtype != aq.dtype or ao.device != aq.device:
+            raise ValueError(
+                f"out must have q's dtype and device ({_dtype_name(aq.dtype)} on {aq.device_name}), "
+                f"got {_dtype_name(ao.dtype)} on {ao.device_name}"
+            )
+        if ao.kind == "numpy" and not ao.obj.flags.writeable:
+            raise ValueError("out is read-only")
+    _, os_ = _bhsd(ao, layout, "out")
+    mask, mask_layout, am = None, None, None
+    if attn_mask is not None:
+        mask, mask_layout, am = _mask(attn_mask, aq, (b, hq, sq, skv))
+    problem = {
+        "dims": (b, hq, hkv, sq, skv, d),
+        "causal": bool(causal),
+        "align": causal_align_name(align),
+        "scale": None if scale is None else float(scale),
+        "kv_lens": _kv_lens(kv_lens),
+        "mask": mask_layout,
+        "nonfinite": nonfinite,
+    }
+    args = [path, aq.dtype, 0, problem, _desc(aq, qs), _desc(ak, ks), _desc(av, vs), mask, _desc(ao, os_)]
+    if aq.device[0] == "cpu":
+        _call(_native.run, "cpu", *args)
+    elif aq.kind == "torch":
+        torch = _torch()
+        ordinal = aq.device[1]
+        stream = torch.cuda.current_stream(aq.obj.device)
+        args[2] = stream.cuda_stream
+        # The caching allocator must not hand these tensors' memory to another stream before the
+        # current one has run our kernels (a no-op for a tensor allocated on this stream).
+        for a in (aq, ak, av, ao, am):
+            if a is not None and a.kind == "torch":
+                a.obj.record_stream(stream)
+        # cudarc makes the device's primary context current on this thread; torch's current
+        # device is restored on exit, so a multi-GPU program keeps its own.
+        with torch.cuda.device(ordinal):
+            _call(_native.run, f"cuda:{ordinal}", *args)
+    else:
+        # A non-torch CUDA array (CuPy, JAX, …): the legacy default stream, which its producer
+        # ordered its work before (`__dlpack__(stream=1)`).
+        _call(_native.run, f"cuda:{aq.device[1]}", *args)
+    # Keep the DLPack capsules and the mask's dense copy alive until here.
+    del aq, ak, av, ao, am
+    return result
+
+
+def causal_align_name(align) -> str:
+    if align not in ("bottom-right", "top-left"):
+        raise ValueError(f"causal_align must be 'bottom-right' or 'top-left', got {align!r}")
+    return align
+
+
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    path="exact",
+    nonfinite="reject",
+):
+    """A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` with detattn's promises.
+
+    The same signature and semantics for what it takes: ``query`` ``[B, Hq, L, E]`` (or
+    ``[Hq, L, E]``), ``key``/``value`` ``[B, Hkv, S, E]``; a boolean ``attn_mask`` (``True`` =
+    take part) broadcastable to ``[B, Hq, L, S]``; ``is_causal`` with PyTorch's **top-left**
+    alignment (row ``i`` sees keys ``0..=i``); ``scale`` (default ``1/sqrt(E)``); ``enable_gqa``.
+    Where it cannot match it raises ``ValueError`` instead of silently differing: ``dropout_p >
+    0``, a float (additive) mask, ``attn_mask`` together with ``is_causal``, a value head
+    dimension other than E, more than 4 dimensions. Differences that remain, by design: the
+    result agrees with PyTorch to rounding, not bit for bit (docs/python.md gives the bound); a
+    row with no key to attend to is 0 where PyTorch gives NaN; NaN or ±inf in the inputs raises
+    :class:`NonFiniteError` unless ``nonfinite="propagate"``.
+    """
+    if dropout_p != 0.0:
+        raise ValueError(
+            f"dropout_p must be 0.0, got {dropout_p}: detattn computes attention deterministically "
+            "and has no dropout"
+        )
+    if attn_mask is not None and is_causal:
+        raise ValueError("pass attn_mask or is_causal=True, not both (as torch's SDPA requires)")
+    aq, ak, av = wrap(query, "query"), wrap(key, "key"), wrap(value, "value")
+    ranks = {len(aq.shape), len(ak.shape), len(av.shape)}
+    if len(ranks) != 1 or ranks.pop() not in (3, 4):
+        raise ValueError(
+            "query, key and value must all be 4-D [B, H, L, E] or all 3-D [H, L, E]; got shapes "
+            f"{aq.shape}, {ak.shape}, {av.shape}"
+        )
+    three = len(aq.shape) == 3
+    if three:
+        if aq.kind == "dlpack":
+            raise ValueError("3-D DLPack inputs are not supported; pass 4-D [B, H, L, E]")
+        aq, ak, av = (wrap(a.obj[None], n) for a, n in ((aq, "query"), (ak, "key"), (av, "value")))
+    if av.shape[-1] != aq.shape[-1]:
+        raise ValueError(
+            f"value's last dimension ({av.shape[-1]}) must equal query's ({aq.shape[-1]}): detattn "
+            "computes outputs of the query's head dimension"
+        )
+    if ak.shape[-2] != av.shape[-2]:
+        raise ValueError(f"key and value must have the same sequence length, got {ak.shape} and {av.shape}")
+    if aq.shape[1] != ak.shape[1] and not enable_gqa:
+        raise ValueError(
+            f"query has {aq.shape[1]} heads and key {ak.shape[1]}: pass enable_gqa=True for grouped-query "
+            "attention (as torch's SDPA requires)"
+        )
+    if ak.shape[1] != av.shape[1]:
+        raise ValueError(f"key and value must have the same number of heads, got {ak.shape} and {av.shape}")
+    mask = attn_mask
+    if three and mask is not None and len(wrap(mask, "attn_mask").shape) == 4:
+        raise ValueError("a 4-D attn_mask needs 4-D query, key and value")
+    res = _run(aq, ak, av, is_causal, "top-left", scale, mask, None, "bhsd", path, nonfinite, None)
+    return res[0] if three else res
+
+
+def digest(out, *, path="exact", layout="bhsd") -> str:
+    """The SHA-256 digest of the logical ``[B, H, S, D]`` output (lowercase hex), tagged with
+    ``path``: equal to the Rust library's ``digest_of`` and the CLI's ``digest`` for the same bits,
+    whatever the strides. A CUDA tensor is copied to the host first (the digest is a check, not the
+    compute path)."""
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be 'bhsd' or 'bshd', got {layout!r}")
+    a = wrap(out, "out")
+    host = None
+    if a.device[0] != "cpu":
+        if a.kind != "torch":
+            raise ValueError("digest of a non-torch device array: copy it to the host first")
+        host = a.obj.detach().cpu()
+        a = wrap(host, "out")
+    if a.dtype not in _FLOATS:
+        raise ValueError(f"out has dtype {_dtype_name(a.dtype)}; detattn outputs are float32, float16 or bfloat16")
+    dims, strides = _bhsd(a, layout, "out")
+    r = _call(_native.digest, path, a.dtype, list(dims), _desc(a, strides))
+    del host
+    return r
+
+
+def itemsize(tag: str) -> int:
+    return ITEMSIZE[tag]

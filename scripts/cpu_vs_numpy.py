@@ -13,13 +13,14 @@ What it does, in order:
    current one), and reports which OpenBLAS kernel threadpoolctl says then runs.
 4. Times, on workload W1 in f32 (B=1, H=16, Sq=Skv=1024, D=64, not causal), alternating for
    --rounds rounds:
-   - numpy: s = q @ kᵀ · scale; s = exp(s − rowmax); p = s / rowsum; o = p @ v (float32, OpenBLAS,
-     all its threads, or --threads N through threadpoolctl);
+   - numpy, two ways (float32, OpenBLAS, all its threads, or --threads N through threadpoolctl):
+     naive: s = q @ kᵀ · scale; s = exp(s − rowmax); p = s / rowsum; o = p @ v; and tuned: the
+     same per head, exp in place, o = (s @ v) / rowsum; the faster of the two is compared;
    - detattn: `target/release/detattn bench --backend cpu ... --json` (all rayon threads, or
      --threads N through RAYON_NUM_THREADS);
    with one protocol: 3 warm-up runs, 20 timed runs, median; 4 input sets rotated; inputs uniform on
    [-2, 2) (never zeros).
-5. Prints both medians and the ratio numpy / detattn (> 1: detattn is faster).
+5. Prints the medians and the ratio best numpy / detattn (> 1: detattn is faster).
 """
 import argparse
 import hashlib
@@ -71,26 +72,46 @@ def outer(argv):
 
 
 def time_numpy(np, rng):
+    """Medians (µs) of two numpy formulations: `naive` (the textbook lines) and `tuned` (per head,
+    so a head's 4 MiB score matrix stays in cache, exp in place, the division after P·V: the
+    fastest we found on this machine kind; 1.4-2.2x faster than naive here). The ratio is taken
+    against the faster of the two, so a better numpy harness cannot beat the figure we report."""
     sets = [[rng.uniform(-2.0, 2.0, size=(B, H, S, D)).astype(np.float32) for _ in range(3)]
             for _ in range(ROTATE)]
     scale = np.float32(1.0 / np.sqrt(D))
 
-    def attention(q, k, v):
+    def naive(q, k, v):
         s = (q @ k.swapaxes(-1, -2)) * scale
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         p = s / s.sum(axis=-1, keepdims=True)
         return p @ v
 
-    out = None
-    for i in range(WARMUP):
-        out = attention(*sets[i % ROTATE])
-    ts = []
-    for i in range(ITERS):
-        t = time.perf_counter()
-        out = attention(*sets[(WARMUP + i) % ROTATE])
-        ts.append((time.perf_counter() - t) * 1e6)
-    assert out.dtype == np.float32 and np.isfinite(out).all()
-    return ts
+    def tuned(q, k, v):
+        o = np.empty_like(q)
+        for b in range(q.shape[0]):
+            for h in range(q.shape[1]):
+                s = (q[b, h] * scale) @ k[b, h].T
+                s -= s.max(axis=-1, keepdims=True)
+                np.exp(s, out=s)
+                r = s.sum(axis=-1, keepdims=True)
+                o[b, h] = (s @ v[b, h]) / r
+        return o
+
+    out = {}
+    for f in (naive, tuned):
+        res = None
+        for i in range(WARMUP):
+            res = f(*sets[i % ROTATE])
+        ts = []
+        for i in range(ITERS):
+            t = time.perf_counter()
+            res = f(*sets[(WARMUP + i) % ROTATE])
+            ts.append((time.perf_counter() - t) * 1e6)
+        assert res.dtype == np.float32 and np.isfinite(res).all()
+        out[f.__name__] = ts
+    ref = naive(*sets[0])
+    assert np.allclose(tuned(*sets[0]), ref, rtol=1e-4, atol=1e-5), "the two formulations disagree"
+    return out
 
 
 def time_detattn(seed, threads, binary):
@@ -129,21 +150,27 @@ def inner(args):
     for rnd in range(args.rounds):
         ts = time_numpy(np, rng)
         ours, cmd = time_detattn(1 + rnd * ROTATE, args.threads, args.bin)
-        np_med = statistics.median(ts)
-        rows.append({"round": rnd + 1, "numpy_median_us": np_med, "numpy_min_us": min(ts),
-                     "numpy_max_us": max(ts), "detattn_median_us": ours["median_us"],
+        naive_med = statistics.median(ts["naive"])
+        tuned_med = statistics.median(ts["tuned"])
+        np_med = min(naive_med, tuned_med)
+        rows.append({"round": rnd + 1, "numpy_naive_median_us": naive_med,
+                     "numpy_tuned_median_us": tuned_med, "numpy_median_us": np_med,
+                     "detattn_median_us": ours["median_us"],
                      "detattn_min_us": ours["min_us"], "detattn_max_us": ours["max_us"],
                      "detattn_backend": ours["backend"], "ratio": np_med / ours["median_us"]})
     print(f"\nW1 f32 (B={B}, H={H}, S={S}, D={D}, not causal); {WARMUP} warm-up, {ITERS} timed, "
           f"median, {ROTATE} input sets rotated")
-    print(f"{'round':>5}  {'numpy median':>13}  {'detattn median':>14}  {'numpy/detattn':>13}")
+    print(f"{'round':>5}  {'numpy naive':>12}  {'numpy tuned':>12}  {'detattn':>10}  "
+          f"{'best numpy/detattn':>18}")
     for r in rows:
-        print(f"{r['round']:>5}  {r['numpy_median_us'] / 1e3:>10.1f} ms  "
-              f"{r['detattn_median_us'] / 1e3:>11.1f} ms  {r['ratio']:>12.2f}x")
+        print(f"{r['round']:>5}  {r['numpy_naive_median_us'] / 1e3:>9.1f} ms  "
+              f"{r['numpy_tuned_median_us'] / 1e3:>9.1f} ms  "
+              f"{r['detattn_median_us'] / 1e3:>7.1f} ms  {r['ratio']:>17.2f}x")
     np_all = statistics.median(r["numpy_median_us"] for r in rows)
     ours_all = statistics.median(r["detattn_median_us"] for r in rows)
     ratio = np_all / ours_all
-    print(f"\nnumpy   {np_all / 1e3:8.1f} ms  ({FLOPS / np_all / 1e3:.1f} GFLOP/s)")
+    print(f"\nnumpy   {np_all / 1e3:8.1f} ms  ({FLOPS / np_all / 1e3:.1f} GFLOP/s, the faster "
+          f"formulation, median over rounds)")
     print(f"detattn {ours_all / 1e3:8.1f} ms  ({FLOPS / ours_all / 1e3:.1f} GFLOP/s, "
           f"{rows[0]['detattn_backend']})")
     verdict = "detattn is no slower" if ratio >= 1.0 else "detattn is SLOWER"

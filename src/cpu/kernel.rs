@@ -81,10 +81,39 @@ pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
     run_item_with(Isa::best(), item, q, out);
 }
 
+/// Stage the K and V rows of one (batch, KV head) (`PreparedKv::new`), compiled for the widest
+/// instruction set this CPU has (the same bits on each).
+pub(crate) fn prepare_kv<'a, T: Element>(
+    k: impl Fn(usize) -> &'a [T],
+    v: impl Fn(usize) -> &'a [T],
+    kv_len: usize,
+    d: usize,
+) -> PreparedKv {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn with_fma<'a, T: Element>(
+        k: impl Fn(usize) -> &'a [T],
+        v: impl Fn(usize) -> &'a [T],
+        kv_len: usize,
+        d: usize,
+    ) -> PreparedKv {
+        PreparedKv::new(k, v, kv_len, d)
+    }
+    match Isa::best() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma | Isa::Avx512 => {
+            // SAFETY: `Isa::best` returns one of `Isa::available`, which detected avx2 and fma
+            // for both variants.
+            unsafe { with_fma(k, v, kv_len, d) }
+        }
+        Isa::Portable => PreparedKv::new(k, v, kv_len, d),
+    }
+}
+
 /// Run one item with `isa`, which must be one of [`Isa::available`].
 pub(crate) fn run_item_with<T: Element>(isa: Isa, item: &Item<'_>, q: &[T], out: &mut [T]) {
     match isa {
-        Isa::Portable => run_item_body(item, q, out),
+        Isa::Portable => run_item_body::<T, 1, _>(Generic, item, q, out),
         // SAFETY: `isa` comes from `Isa::available`, which detected avx2 and fma.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => unsafe { run_item_avx2_fma(item, q, out) },
@@ -94,20 +123,24 @@ pub(crate) fn run_item_with<T: Element>(isa: Isa, item: &Item<'_>, q: &[T], out:
     }
 }
 
+// Rows per group (`R`) by register file: a group keeps R·64 score chains and R·64 accumulator
+// columns in registers, so every K and V element loaded feeds R rows. 32 zmm registers hold four
+// rows' 64 chains (16 registers) with room for the loads; 16 ymm registers hold one row's (8).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn run_item_avx512<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
-    run_item_body(item, q, out);
+    run_item_body::<T, 4, _>(avx512::Blocks::detected(), item, q, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn run_item_avx2_fma<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
-    run_item_body(item, q, out);
+    run_item_body::<T, 1, _>(Generic, item, q, out);
 }
 
 /// Accumulator columns kept in registers across a tile's keys: 64 floats, eight 256-bit or
-/// four 512-bit registers, so `acc` is loaded and stored once per tile rather than once per key.
+/// four 512-bit registers per row, so `acc` is loaded and stored once per tile rather than once
+/// per key.
 const CH: usize = 64;
 
 /// Per-row softmax state (§4).
@@ -119,129 +152,113 @@ struct RowState {
     limit: usize,
 }
 
+/// What every row group of one tile reads.
+struct TileCtx<'a> {
+    problem: &'a Problem,
+    b: usize,
+    h: usize,
+    i0: usize,
+    mask: Option<&'a [bool]>,
+    /// First key of the tile.
+    j0: usize,
+    /// `[D][TILE]`: the tile's K, transposed (`PreparedKv::kt`).
+    kt: &'a [f32],
+    /// The tile's K row shifts and bad-row flags.
+    sk: &'a [i32],
+    badkv: &'a [u32],
+    /// The V rows from `j0` on, `D` floats each.
+    v: &'a [f32],
+}
+
+/// The rows of an item are computed in groups of `R` (the instruction set's register blocking,
+/// see `run_item_avx512`), the rest one by one. Grouping changes no bit: every score is its own
+/// chain (§3) and every accumulator column its own (§4), whichever rows run beside it. A row of
+/// a group for which the tile lies wholly past its key limit is computed with every key invalid,
+/// which leaves its state as skipping the tile would (§4, last point).
 #[inline(always)]
-fn run_item_body<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
+fn run_item_body<T: Element, const R: usize, M: Micro<R>>(
+    m: M,
+    item: &Item<'_>,
+    q: &[T],
+    out: &mut [T],
+) {
     let p = item.problem;
     let d = p.shape().head_dim;
-    let scale = p.scale();
     let kv = item.kv;
+    let rows = item.rows;
+    let groups = rows / R;
 
-    // §2: the query rows of this item, sanitised and scaled.
-    let mut qp = vec![0.0f32; item.rows * d];
-    let mut acc = vec![0.0f32; item.rows * d];
-    let mut st: Vec<RowState> = (0..item.rows)
-        .map(|r| {
-            let row = &mut qp[r * d..(r + 1) * d];
-            for (x, y) in row.iter_mut().zip(&q[r * d..(r + 1) * d]) {
-                *x = y.to_f32();
+    // §2: the query rows of this item, sanitised and scaled; the grouped rows also interleaved
+    // as `[group][D][R]`, so that one d step of a group reads R consecutive floats.
+    let mut qp = vec![0.0f32; rows * d];
+    let mut acc = vec![0.0f32; rows * d];
+    // A loop, not a closure: a closure would not inherit this function's target features (its
+    // fma products would become calls).
+    let mut st: Vec<RowState> = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let row = &mut qp[r * d..(r + 1) * d];
+        for (x, y) in row.iter_mut().zip(&q[r * d..(r + 1) * d]) {
+            *x = y.to_f32();
+        }
+        let (shift, bad) = prepare_row(row, true);
+        st.push(RowState {
+            m: -FLT_MAX,
+            l: 0.0,
+            bad: u32::from(bad),
+            shift,
+            limit: p.key_limit(item.b, item.i0 + r),
+        });
+    }
+    let mut qg = vec![[0.0f32; R]; groups * d];
+    for (g, qgg) in qg.chunks_exact_mut(d.max(1)).enumerate() {
+        for (dd, x) in qgg.iter_mut().enumerate() {
+            for (r, y) in x.iter_mut().enumerate() {
+                *y = qp[(g * R + r) * d + dd];
             }
-            let (shift, bad) = prepare_row(row, true);
-            RowState {
-                m: -FLT_MAX,
-                l: 0.0,
-                bad: u32::from(bad),
-                shift,
-                limit: p.key_limit(item.b, item.i0 + r),
-            }
-        })
-        .collect();
+        }
+    }
 
     let max_limit = st.iter().map(|s| s.limit).max().unwrap_or(0);
-    let mut s = [0.0f32; TILE];
-    let mut valid = [0u32; TILE];
-    let mut pj = [0.0f32; TILE];
     for t in 0..max_limit.div_ceil(TILE) {
         let j0 = t * TILE;
-        let kt = &kv.kt[t * d * TILE..(t + 1) * d * TILE];
-        let sk = &kv.sk[j0..j0 + TILE];
-        let badkv = &kv.bad[j0..j0 + TILE];
-        for r in 0..item.rows {
-            let row = &mut st[r];
-            // A tile wholly past this row's key limit is invalid by position (public): skipping
-            // it gives the same bits (§4).
-            if j0 >= row.limit {
-                continue;
+        let cx = TileCtx {
+            problem: p,
+            b: item.b,
+            h: item.h,
+            i0: item.i0,
+            mask: item.mask,
+            j0,
+            kt: &kv.kt[t * d * TILE..(t + 1) * d * TILE],
+            sk: &kv.sk[j0..j0 + TILE],
+            badkv: &kv.bad[j0..j0 + TILE],
+            v: &kv.v[j0 * d..],
+        };
+        // A tile wholly past a row's key limit is invalid by position (public): skipping it
+        // gives the same bits (§4).
+        for g in 0..groups {
+            let rs = g * R..(g + 1) * R;
+            if st[rs.clone()].iter().any(|s| j0 < s.limit) {
+                tile_rows::<R, M>(
+                    m,
+                    &cx,
+                    rs.start,
+                    &qg[g * d..(g + 1) * d],
+                    &mut st[rs.clone()],
+                    &mut acc[rs.start * d..rs.end * d],
+                );
             }
-            let i = item.i0 + r;
-            tile_scores(&qp[r * d..(r + 1) * d], kt, &mut s);
-            let skv = p.shape().kv_len;
-            let mrow = item.mask.map(|m| {
-                let o = p.mask_row_offset(item.b, item.h, i);
-                &m[o..o + skv]
-            });
-            for (j, vj) in valid.iter_mut().enumerate() {
-                let jj = j0 + j;
-                // `jj < skv` is positional; the mask value itself is only combined, never branched on.
-                let by_mask = mrow.is_none_or(|m| jj < skv && m[jj]);
-                *vj = mask_of((jj < row.limit) & by_mask);
-            }
-            // Hide from the optimiser that each entry is 0 or all ones, so that it cannot turn
-            // the bit selections below into `select`s and those into branches on the mask.
-            valid = std::hint::black_box(valid);
-            // §3 finish and §4 update.
-            for ((sj, &vj), &skj) in s.iter_mut().zip(&valid).zip(sk) {
-                let x = score_finish(*sj, scale, row.shift, skj);
-                *sj = f32::from_bits((x.to_bits() & vj) | ((-FLT_MAX).to_bits() & !vj));
-            }
-            // max is exact; lanes then combined (a -0/+0 tie is canonicalised by `+ 0.0` below).
-            let mut m8 = [-FLT_MAX; 8];
-            for c in s.chunks_exact(8) {
-                for k in 0..8 {
-                    m8[k] = m8[k].max(c[k]);
-                }
-            }
-            let mt = m8.iter().fold(-FLT_MAX, |a, &b| a.max(b));
-            let mnew = row.m.max(mt) + 0.0;
-            let alpha = exp(clamp_z(row.m - mnew));
-            // Products that can be subnormal are fma(x, y, +0) here: the bits of §4's `x * y`
-            // (numerics.md §8) at a constant latency on every x86 core we measured.
-            for j in 0..TILE {
-                let e = exp(clamp_z(s[j] - mnew)).mul_add(W, 0.0);
-                pj[j] = f32::from_bits(e.to_bits() & valid[j]);
-                row.bad |= valid[j] & badkv[j];
-            }
-            row.m = mnew;
-            // Keys past the limit have p = 0 and would leave acc as it is (§4): stop at the limit.
-            let jn = (row.limit - j0).min(TILE);
-            let mut l = row.l.mul_add(alpha, 0.0);
-            for &w in &pj[..jn] {
-                l += w;
-            }
-            row.l = l;
-            let a = &mut acc[r * d..(r + 1) * d];
-            let vt = &kv.v[j0 * d..(j0 + jn) * d];
-            for (c, ac) in a.chunks_mut(CH).enumerate() {
-                if ac.len() == CH {
-                    let mut reg = [0.0f32; CH];
-                    for (x, y) in reg.iter_mut().zip(ac.iter()) {
-                        *x = y.mul_add(alpha, 0.0);
-                    }
-                    for (&w, vrow) in pj[..jn].iter().zip(vt.chunks_exact(d)) {
-                        // Always `Some` (this chunk is whole: c·CH + CH ≤ d); the let-else keeps
-                        // an index panic path, which blocks vectorisation, out of the loop.
-                        let Some(vr) = vrow
-                            .get(c * CH..)
-                            .and_then(|x| x.as_chunks::<CH>().0.first())
-                        else {
-                            continue;
-                        };
-                        for k in 0..CH {
-                            reg[k] = w.mul_add(vr[k], reg[k]);
-                        }
-                    }
-                    ac.copy_from_slice(&reg);
-                } else {
-                    for x in ac.iter_mut() {
-                        *x = x.mul_add(alpha, 0.0);
-                    }
-                    for j in 0..jn {
-                        let w = pj[j];
-                        let vr = &vt[j * d + c * CH..j * d + c * CH + ac.len()];
-                        for (x, y) in ac.iter_mut().zip(vr) {
-                            *x = w.mul_add(*y, *x);
-                        }
-                    }
-                }
+        }
+        for r in groups * R..rows {
+            if j0 < st[r].limit {
+                let (qr, _) = qp[r * d..(r + 1) * d].as_chunks::<1>();
+                tile_rows::<1, _>(
+                    Generic,
+                    &cx,
+                    r,
+                    qr,
+                    &mut st[r..r + 1],
+                    &mut acc[r * d..(r + 1) * d],
+                );
             }
         }
     }
@@ -263,18 +280,304 @@ fn run_item_body<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
     }
 }
 
-/// §3: the 64 score chains of one tile, each sequential in d, run side by side.
+/// One tile for `N` rows of the item starting at row `r0`: §3 scores, §4 update. `q` is the
+/// rows' prepared queries as `[D][N]`, `st` and `acc` their states.
 #[inline(always)]
-fn tile_scores(q: &[f32], kt: &[f32], s: &mut [f32; TILE]) {
-    // A local accumulator and a loop with no panic path, so the 64 chains stay in registers.
-    let mut acc = [0.0f32; TILE];
-    let (rows, _) = kt.as_chunks::<TILE>();
-    for (&qd, krow) in q.iter().zip(rows) {
+fn tile_rows<const N: usize, M: Micro<N>>(
+    m: M,
+    cx: &TileCtx<'_>,
+    r0: usize,
+    q: &[[f32; N]],
+    st: &mut [RowState],
+    acc: &mut [f32],
+) {
+    let p = cx.problem;
+    let d = p.shape().head_dim;
+    let skv = p.shape().kv_len;
+    let scale = p.scale();
+    let j0 = cx.j0;
+
+    // §3: N·64 chains, each sequential in d.
+    let mut s = [[0.0f32; TILE]; N];
+    m.scores(cx.kt, q, &mut s);
+
+    let mut pj = [[0.0f32; TILE]; N];
+    let mut alpha = [0.0f32; N];
+    let mut jn = 0;
+    for (r, row) in st.iter_mut().enumerate() {
+        let i = cx.i0 + r0 + r;
+        let mrow = cx.mask.map(|m| {
+            let o = p.mask_row_offset(cx.b, cx.h, i);
+            &m[o..o + skv]
+        });
+        // Valid by position (`limit ≤ kv_len ≤ Skv`, so no key past Skv), then by the mask,
+        // whose values are only combined, never branched on.
+        let mut valid = [0u32; TILE];
+        for (j, vj) in valid.iter_mut().enumerate() {
+            *vj = mask_of(j0 + j < row.limit);
+        }
+        if let Some(m) = mrow {
+            let (tile_mask, _) = m[j0..].split_at(skv.saturating_sub(j0).min(TILE));
+            for (vj, &mj) in valid.iter_mut().zip(tile_mask) {
+                *vj &= mask_of(mj);
+            }
+        }
+        // Hide from the optimiser that each entry is 0 or all ones, so that it cannot turn
+        // the bit selections below into `select`s and those into branches on the mask.
+        let valid = std::hint::black_box(valid);
+        // §3 finish and §4 update.
+        let sr = &mut s[r];
+        for ((sj, &vj), &skj) in sr.iter_mut().zip(&valid).zip(cx.sk) {
+            let x = score_finish(*sj, scale, row.shift, skj);
+            *sj = f32::from_bits((x.to_bits() & vj) | ((-FLT_MAX).to_bits() & !vj));
+        }
+        // max is exact; lanes then combined (a -0/+0 tie is canonicalised by `+ 0.0` below).
+        let mut m8 = [-FLT_MAX; 8];
+        for c in sr.chunks_exact(8) {
+            for k in 0..8 {
+                m8[k] = m8[k].max(c[k]);
+            }
+        }
+        let mt = m8.iter().fold(-FLT_MAX, |a, &b| a.max(b));
+        let mnew = row.m.max(mt) + 0.0;
+        alpha[r] = exp(clamp_z(row.m - mnew));
+        // Products that can be subnormal are fma(x, y, +0) here: the bits of §4's `x * y`
+        // (numerics.md §8) at a constant latency on every x86 core we measured.
         for j in 0..TILE {
-            acc[j] = qd.mul_add(krow[j], acc[j]);
+            let e = exp(clamp_z(sr[j] - mnew)).mul_add(W, 0.0);
+            pj[r][j] = f32::from_bits(e.to_bits() & valid[j]);
+            row.bad |= valid[j] & cx.badkv[j];
+        }
+        row.m = mnew;
+        // Keys past the limit have p = 0 and would leave l and acc as they are (§4): stop at
+        // the group's largest limit.
+        jn = jn.max(row.limit.saturating_sub(j0).min(TILE));
+    }
+    // The weights key by key, so the loops below read the group's N weights of a key together.
+    let mut pjt = [[0.0f32; N]; TILE];
+    for (j, w) in pjt.iter_mut().enumerate() {
+        for (r, x) in w.iter_mut().enumerate() {
+            *x = pj[r][j];
         }
     }
-    *s = acc;
+    // §4's sum of weights: one sequential chain per row, the rows' chains side by side (a +0
+    // weight past a row's own limit leaves its l as it is).
+    let mut l: [f32; N] = std::array::from_fn(|r| st[r].l.mul_add(alpha[r], 0.0));
+    for w in &pjt[..jn] {
+        for r in 0..N {
+            l[r] += w[r];
+        }
+    }
+    for (row, lr) in st.iter_mut().zip(l) {
+        row.l = lr;
+    }
+
+    let vt = &cx.v[..jn * d];
+    let mut c0 = 0;
+    while c0 + CH <= d {
+        m.accumulate(vt, d, c0, &pjt[..jn], &alpha, acc);
+        c0 += CH;
+    }
+    if c0 < d {
+        for r in 0..N {
+            let a = &mut acc[r * d + c0..(r + 1) * d];
+            for x in a.iter_mut() {
+                *x = x.mul_add(alpha[r], 0.0);
+            }
+            for (j, vrow) in vt.chunks_exact(d).enumerate() {
+                let w = pj[r][j];
+                for (x, y) in a.iter_mut().zip(&vrow[c0..]) {
+                    *x = w.mul_add(*y, *x);
+                }
+            }
+        }
+    }
+}
+
+/// The two inner products of a tile for `N` rows, written once portably and once per register
+/// blocking that the compiler does not find by itself. Every implementation computes the same
+/// IEEE operations in the same order per chain, so the same bits (a unit test holds them equal).
+trait Micro<const N: usize>: Copy {
+    /// §3: `s[r][j] = fma(q[D-1][r], kt[D-1][j], … fma(q[0][r], kt[0][j], +0))`, with `kt` the
+    /// tile's transposed K (`[D][TILE]`) and `q` the rows' queries (`[D][N]`).
+    fn scores(self, kt: &[f32], q: &[[f32; N]], s: &mut [[f32; TILE]; N]);
+    /// §4 for the accumulator columns `c0 .. c0 + CH` of the `N` rows (`acc` is `[N][D]`):
+    /// `a = fma(a, alpha[r], +0)`, then `a = fma(w[j][r], v[j][c], a)` for the keys `j` of `w`
+    /// in order (`vt` holds their V rows, `D` floats each).
+    fn accumulate(
+        self,
+        vt: &[f32],
+        d: usize,
+        c0: usize,
+        w: &[[f32; N]],
+        alpha: &[f32; N],
+        acc: &mut [f32],
+    );
+}
+
+/// The loops as written, vectorised (or not) by the compiler.
+#[derive(Clone, Copy)]
+struct Generic;
+
+impl<const N: usize> Micro<N> for Generic {
+    #[inline(always)]
+    fn scores(self, kt: &[f32], q: &[[f32; N]], s: &mut [[f32; TILE]; N]) {
+        // A local accumulator and a loop with no panic path, so the chains stay in registers.
+        let mut a = [[0.0f32; TILE]; N];
+        let (krows, _) = kt.as_chunks::<TILE>();
+        for (krow, qv) in krows.iter().zip(q) {
+            for r in 0..N {
+                for j in 0..TILE {
+                    a[r][j] = qv[r].mul_add(krow[j], a[r][j]);
+                }
+            }
+        }
+        *s = a;
+    }
+
+    #[inline(always)]
+    fn accumulate(
+        self,
+        vt: &[f32],
+        d: usize,
+        c0: usize,
+        w: &[[f32; N]],
+        alpha: &[f32; N],
+        acc: &mut [f32],
+    ) {
+        for r in 0..N {
+            let Some(a) = acc[r * d + c0..].as_chunks_mut::<CH>().0.first_mut() else {
+                continue;
+            };
+            let mut reg = [0.0f32; CH];
+            for k in 0..CH {
+                reg[k] = a[k].mul_add(alpha[r], 0.0);
+            }
+            for (vrow, wj) in vt.chunks_exact(d).zip(w) {
+                // Always `Some` (the chunk is whole); the let-else keeps an index panic path,
+                // which blocks vectorisation, out of the loop.
+                let Some(vr) = vrow.get(c0..).and_then(|x| x.as_chunks::<CH>().0.first()) else {
+                    continue;
+                };
+                for k in 0..CH {
+                    reg[k] = wj[r].mul_add(vr[k], reg[k]);
+                }
+            }
+            *a = reg;
+        }
+    }
+}
+
+/// Four rows at a time in 512-bit registers: 16 score chains' registers (4 rows × 64 keys) or
+/// 16 accumulator registers (4 rows × 64 columns), each K or V vector loaded once for 4 rows.
+/// LLVM kept the generic loops' accumulators of four rows on the stack (measured: a load and a
+/// store around every FMA), so these are written with the intrinsics.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{CH, Micro, TILE};
+    use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_setzero_ps};
+
+    /// Proof that AVX-512F was detected: only `run_item_avx512` makes one.
+    #[derive(Clone, Copy)]
+    pub(super) struct Blocks(());
+
+    impl Blocks {
+        /// Only for a caller compiled with and running on `avx512f` (`run_item_avx512`).
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn detected() -> Blocks {
+            Blocks(())
+        }
+    }
+
+    impl Micro<4> for Blocks {
+        #[inline(always)]
+        fn scores(self, kt: &[f32], q: &[[f32; 4]], s: &mut [[f32; TILE]; 4]) {
+            // SAFETY: a `Blocks` exists only where avx512f was detected (`Blocks::detected` is a
+            // target-feature function, called from `run_item_avx512` after `Isa::available`).
+            unsafe { scores4(kt, q, s) }
+        }
+
+        #[inline(always)]
+        fn accumulate(
+            self,
+            vt: &[f32],
+            d: usize,
+            c0: usize,
+            w: &[[f32; 4]],
+            alpha: &[f32; 4],
+            acc: &mut [f32],
+        ) {
+            // SAFETY: as in `scores`.
+            unsafe { accumulate4(vt, d, c0, w, alpha, acc) }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn scores4(kt: &[f32], q: &[[f32; 4]], s: &mut [[f32; TILE]; 4]) {
+        let mut a = [[_mm512_setzero_ps(); 4]; 4];
+        let (krows, _) = kt.as_chunks::<TILE>();
+        for (krow, qv) in krows.iter().zip(q) {
+            let (kc, _) = krow.as_chunks::<16>();
+            let k: [__m512; 4] = std::array::from_fn(|c| bytemuck::cast(kc[c]));
+            for r in 0..4 {
+                let b = _mm512_set1_ps(qv[r]);
+                for c in 0..4 {
+                    a[r][c] = _mm512_fmadd_ps(b, k[c], a[r][c]);
+                }
+            }
+        }
+        for r in 0..4 {
+            let (sc, _) = s[r].as_chunks_mut::<16>();
+            for c in 0..4 {
+                sc[c] = bytemuck::cast(a[r][c]);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn accumulate4(
+        vt: &[f32],
+        d: usize,
+        c0: usize,
+        w: &[[f32; 4]],
+        alpha: &[f32; 4],
+        acc: &mut [f32],
+    ) {
+        let zero = _mm512_setzero_ps();
+        let mut reg = [[zero; CH / 16]; 4];
+        for r in 0..4 {
+            let Some(a) = acc[r * d + c0..].as_chunks::<CH>().0.first() else {
+                return;
+            };
+            let (ac, _) = a.as_chunks::<16>();
+            let al = _mm512_set1_ps(alpha[r]);
+            for c in 0..CH / 16 {
+                reg[r][c] = _mm512_fmadd_ps(bytemuck::cast(ac[c]), al, zero);
+            }
+        }
+        for (vrow, wj) in vt.chunks_exact(d).zip(w) {
+            let Some(vr) = vrow.get(c0..).and_then(|x| x.as_chunks::<CH>().0.first()) else {
+                return;
+            };
+            let (vc, _) = vr.as_chunks::<16>();
+            let v: [__m512; CH / 16] = std::array::from_fn(|c| bytemuck::cast(vc[c]));
+            for r in 0..4 {
+                let b = _mm512_set1_ps(wj[r]);
+                for c in 0..CH / 16 {
+                    reg[r][c] = _mm512_fmadd_ps(b, v[c], reg[r][c]);
+                }
+            }
+        }
+        for r in 0..4 {
+            let Some(a) = acc[r * d + c0..].as_chunks_mut::<CH>().0.first_mut() else {
+                return;
+            };
+            let (ac, _) = a.as_chunks_mut::<16>();
+            for c in 0..CH / 16 {
+                ac[c] = bytemuck::cast(reg[r][c]);
+            }
+        }
+    }
 }
 
 /// Branch-free choice between two output elements by their bits.
@@ -290,23 +593,33 @@ fn select_elem<T: Element>(c: bool, a: T, b: T) -> T {
 mod tests {
     use super::*;
     use crate::inputs::{GenOptions, generate};
-    use crate::problem::{MaskLayout, Shape};
+    use crate::problem::{CausalAlign, MaskLayout, Shape};
 
     /// Every instruction-set variant of the tile loop gives the same bits (the dispatch picks the
     /// widest, so without this the narrower ones would go untested on a wide CPU).
     #[test]
     fn every_isa_variant_gives_the_same_bits() {
         let isas = Isa::available();
-        for (seed, (sq, skv, d, causal)) in
-            [(17, 70, 64, false), (33, 130, 80, true), (5, 9, 3, false)]
-                .into_iter()
-                .enumerate()
-        {
-            let p = Problem::builder(Shape::new(1, 1, 1, sq, skv, d))
+        // Row counts that leave remainders after the groups of four, head dims with a partial
+        // 64-column chunk and with two chunks, rows of one group that reach different key limits
+        // (causal, both alignments, a key length inside a tile), and every mask entry random.
+        let cases = [
+            (17, 70, 64, false, CausalAlign::BottomRight, None),
+            (33, 130, 80, true, CausalAlign::BottomRight, None),
+            (5, 9, 3, false, CausalAlign::BottomRight, None),
+            (23, 200, 128, true, CausalAlign::TopLeft, Some(150)),
+            (64, 64, 200, true, CausalAlign::BottomRight, Some(37)),
+            (1, 300, 128, false, CausalAlign::BottomRight, Some(299)),
+        ];
+        for (seed, (sq, skv, d, causal, align, kv_len)) in cases.into_iter().enumerate() {
+            let mut b = Problem::builder(Shape::new(1, 1, 1, sq, skv, d))
                 .causal(causal)
-                .mask(MaskLayout::SHARED)
-                .build()
-                .expect("valid problem");
+                .causal_align(align)
+                .mask(MaskLayout::SHARED);
+            if let Some(l) = kv_len {
+                b = b.kv_lens(vec![l]);
+            }
+            let p = b.build().expect("valid problem");
             let x = generate::<f32>(&p, GenOptions::seed(seed as u64));
             let kv = PreparedKv::new(|j| &x.k[j * d..][..d], |j| &x.v[j * d..][..d], skv, d);
             let item = Item {

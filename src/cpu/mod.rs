@@ -97,7 +97,7 @@ fn run_in_pool<T: Element>(p: &Problem, x: &Qkv<'_, T>, out: TensorMut<'_, T>) -
         .map(|bh| {
             let (b, h) = (bh / s.kv_heads, bh % s.kv_heads);
             let (k, v) = (x.k, x.v);
-            prepare::PreparedKv::new(
+            kernel::prepare_kv(
                 |j| &k.data[k.layout.row(b, h, j)..][..d],
                 |j| &v.data[v.layout.row(b, h, j)..][..d],
                 s.kv_len,

@@ -17,7 +17,9 @@ pub(crate) struct PreparedKv {
 }
 
 impl PreparedKv {
-    /// From the K and V rows `0..kv_len` (each of `d` elements), wherever they lie.
+    /// From the K and V rows `0..kv_len` (each of `d` elements), wherever they lie. Inlined
+    /// into `kernel::prepare_kv`, which compiles it for the CPU's instruction set.
+    #[inline(always)]
     pub fn new<'a, T: Element>(
         k: impl Fn(usize) -> &'a [T],
         v: impl Fn(usize) -> &'a [T],

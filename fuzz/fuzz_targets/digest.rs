@@ -1,8 +1,8 @@
 //! Fuzz target `digest`: `detattn::digest` against an independent re-encoding of the format in
-//! `src/digest.rs`'s module docs (header bytes assembled here, SHA-256 from `sha2` over them), and
-//! injectivity of that encoding: every encoding is decoded back to the (path, dtype, shape,
-//! elements) it came from, and within one fuzzing process no two different encodings may share a
-//! digest.
+//! `src/digest.rs`'s module docs (header bytes assembled here, SHA-256 from `sha2` over them), or
+//! a typed error when the shape does not fit the element count; and injectivity of that encoding:
+//! every encoding is decoded back to the (path, dtype, shape, elements) it came from, and within
+//! one fuzzing process no two different encodings may share a digest.
 
 #![no_main]
 
@@ -84,16 +84,21 @@ fn check<T: Element>(u: &mut Unstructured<'_>) -> Result<()> {
     } else {
         Path::Exact
     };
-    // Any shape: the digest encodes it as given, whether or not it matches the element count.
+    // A shape and an element count that mostly agree (the digest is then defined) and sometimes
+    // do not, or overflow (then it must be a typed error, never a digest).
     let mut shape = [0usize; 4];
     for s in shape.iter_mut() {
-        *s = if u.arbitrary()? {
+        *s = if u.ratio(1, 16)? {
             u.arbitrary()?
         } else {
             u.int_in_range(0..=9)?
         };
     }
-    let n = u.int_in_range(0..=4096usize)?;
+    let product = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let n = match product {
+        Some(p) if p <= 4096 && u.ratio(7, 8)? => p,
+        _ => u.int_in_range(0..=4096usize)?,
+    };
     let mut raw = Vec::with_capacity(n);
     for _ in 0..n {
         if u.is_empty() {
@@ -127,7 +132,24 @@ fn check<T: Element>(u: &mut Unstructured<'_>) -> Result<()> {
     );
 
     let want: [u8; 32] = Sha256::digest(&enc).into();
-    let got = detattn::digest(path, shape, &elems);
+    let got = match detattn::digest(path, shape, &elems) {
+        Ok(g) => {
+            assert_eq!(
+                product,
+                Some(elems.len()),
+                "a digest of a shape that does not fit"
+            );
+            g
+        }
+        Err(e) => {
+            assert_ne!(product, Some(elems.len()), "a fitting shape refused: {e}");
+            assert!(
+                matches!(e, detattn::Error::TensorLength { .. }),
+                "wrong error for a shape that does not fit: {e:?}"
+            );
+            return Ok(());
+        }
+    };
     assert_eq!(got.0, want, "detattn::digest differs from the re-encoding");
     let hex: String = want.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(got.to_string(), hex, "Display must be lowercase hex");

@@ -3,6 +3,7 @@
 on that path (docs/audit.md, "Timing (dudect)"; the Exact path's counterpart is plant_gpu_leak.py).
 
     python3 audit/plant_tc_leak.py [--out DIR] [--arch sm_90]   default DIR: .carry/cubin-tc-leaky
+    python3 audit/plant_tc_leak.py --oldcap                      the old scale cap (a NaN fault)
 
 It copies kernels/tensorcore.cu, plants two data-dependent shortcuts that leave every output bit of
 finite input as it was, compiles the copy with the pinned NVRTC and the shipped options (the same
@@ -63,13 +64,35 @@ PLANTS = [
 ]
 
 
+# `--oldcap`: not a timing leak but the numerical fault fixed on 2026-11-24 (docs/tensorcore.md,
+# "Finite output", item 5): the scale cap without its 2^-104 floor, which `rcp.approx.ftz` flushed
+# to 0 for |mu| >= 2^126 (bf16, head_dim 256, alternating ±max). The structured-extremes GPU test
+# must fail on it (scripts/gpu-session.sh, stage `planted`).
+OLDCAP = [
+    (
+        "fminf(sl2r, fmaxf(__fmul_rn(16777216.0f, rcp(fabsf(mu))), 4.93038066e-32f /* 2^-104 */));",
+        "fminf(sl2r, __fmul_rn(16777216.0f, rcp(fabsf(mu))));  // PLANTED FAULT: the old cap",
+    ),
+]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=".carry/cubin-tc-leaky")
+    ap.add_argument("--out", help="default .carry/cubin-tc-leaky (.carry/cubin-tc-oldcap with --oldcap)")
     ap.add_argument("--arch", default="sm_90", choices=build.ARCHS)
+    ap.add_argument("--oldcap", action="store_true",
+                    help="plant the old scale cap (a finite-output fault) instead of the timing leaks")
     args = ap.parse_args()
+    args.out = args.out or (".carry/cubin-tc-oldcap" if args.oldcap else ".carry/cubin-tc-leaky")
     out = Path(os.getcwd(), args.out)
     os.chdir(ROOT)
+    if args.oldcap:
+        sha = planting.build_leaky("plant_tc_leak", "tensorcore", OLDCAP, out, args.arch)
+        print(f"plant_tc_leak: the old cap planted; {out / f'tensorcore.{args.arch}.cubin'} sha256 {sha}")
+        print(f"plant_tc_leak: on a GPU: DETATTN_TEST_CUBIN_DIR={args.out} "
+              ".carry/tests-override/cuda_tensorcore structured_extremes_are_finite_on_every_kernel "
+              "must fail")
+        return
     sha = planting.build_leaky("plant_tc_leak", "tensorcore", PLANTS, out, args.arch)
     print(f"plant_tc_leak: {len(PLANTS)} shortcuts planted; {out / f'tensorcore.{args.arch}.cubin'} sha256 {sha}")
     print(f"plant_tc_leak: on a GPU: DETATTN_TEST_CUBIN_DIR={args.out} detattn-dudect --backend cuda "

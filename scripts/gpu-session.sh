@@ -2,9 +2,9 @@
 # One GPU call: every check and measurement that needs the GPU, in order, logs under $OUT.
 # Run `scripts/carry.sh` here first (the GPU machine has no cargo); for the d7 stage also
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
-# `python3 audit/plant_tc_leak.py`; then on the device (carry .carry):
+# `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize d7 bench quickbench dudect tcbench tcdudect
+#   stages: info selftest tests sanitize d7 planted bench quickbench dudect tcbench tcdudect
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -79,6 +79,15 @@ for s in "${STAGES[@]}"; do
       grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitize.log" | sort | uniq -c ;;
     d7)
       stage d7 500 python3 scripts/d7_compare.py .carry/cubin-nvcc13 ;;
+    planted)
+      # The structured-extremes test on TensorCore kernels with the old scale cap (docs/tensorcore.md,
+      # item 5; built by `python3 audit/plant_tc_leak.py --oldcap`): it must FAIL, naming the
+      # kernel, so the test can see the fault it guards against. rc 0 here means it failed.
+      if [ -d .carry/cubin-tc-oldcap ]; then
+        stage planted 300 bash -c 'DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-oldcap \
+          .carry/tests-override/cuda_tensorcore structured_extremes_are_finite_on_every_kernel \
+          --test-threads 4; rc=$?; echo "exit $rc (the old cap must make this test fail)"; [ $rc -ne 0 ]'
+      fi ;;
     bench)
       stage bench 560 python3 scripts/gpu_compare.py "$BIN" "$OUT/compare.json" ;;
     quickbench)

@@ -10,14 +10,15 @@ What it measures, each on the same shapes and with the same protocol for both li
       efficient in f32 (the like-for-like f32 kernel), flash and cuDNN in the anchor dtype;
   (b) the TensorCore path (`--path tensorcore`) on W1 f16 and W2/W2c/W3c bf16, against SDPA flash
       and cuDNN, with TF/s;
-  (c) decode, B=32 Hq=32 Hkv=8 Sq=1 Skv=8192 D=128 bf16: TensorCore against SDPA flash and cuDNN,
-      in GB/s of the bytes a call must move (Q, K, V read once + O written once) against the
+  (c) decode (B=32 Hq=32 Hkv=8 Sq=1 Skv=8192 D=128 bf16) and dec1 (B=1, Skv=32768): both paths
+      in bf16 against SDPA flash and cuDNN, in GB/s of the bytes a call must move (Q, K, V read once + O written once) against the
       device-to-device copy ceiling measured in this command (read + write bytes of a 1 GiB copy,
       as the anchors did). SDPA gets the real GQA problem through `enable_gqa=True`, so it reads
       the same 8-head KV cache detattn reads; a backend that refuses that is timed with K and V
       repeated to 32 heads (4x the K/V reads) and the row says "kv repeated".
-Workloads: W1, W2, W2c, W3c (the anchors) and decode; `--only` picks some, `--quick` = W1,W2.
-`--paths` picks (a) and/or (b)+(c) (default both).
+Workloads: W1, W2, W2c, W3c (the anchors), decode (B=32) and dec1 (B=1, Skv=32768); `--only` picks
+some, `--quick` = W1,W2.
+`--paths` picks the Exact and/or the TensorCore rows (default both).
 
 Protocol (both libraries): `--warmup` untimed launches, then `--iters` samples (>= 20), each
 sample `--per-sample` launches back to back between one pair of CUDA events, synchronised; the
@@ -51,8 +52,10 @@ WORKLOADS = {
     "W2c": ((4, 16, 16, 4096, 4096, 128), "bf16", True),
     "W3c": ((1, 16, 16, 16384, 16384, 128), "bf16", True),
     "decode": ((32, 32, 8, 1, 8192, 128), "bf16", False),
+    "dec1": ((1, 32, 8, 1, 32768, 128), "bf16", False),
 }
 PREFILL = ["W1", "W2", "W2c", "W3c"]
+DECODE = ["decode", "dec1"]
 TORCH_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 SDPA = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -217,7 +220,7 @@ def main():
     res = {"device": dev, "torch": torch.__version__, "date_utc": date, "per_sample": A.per_sample,
            "warmup": A.warmup, "iters": A.iters, "rotate": A.rotate, "workloads": A.ids,
            "paths": sorted(A.path_set), "rows": []}
-    if "tensorcore" in A.path_set and "decode" in A.ids:
+    if any(w in A.ids for w in DECODE):
         res["copy_TBps"] = copy_ceiling(A)
         print(f"copy ceiling (1 GiB d2d, read + write bytes): {res['copy_TBps']:.3f} TB/s", flush=True)
 
@@ -226,9 +229,7 @@ def main():
         row = {"id": wid, "shape": list(shape), "dtype": dt, "causal": causal,
                "flops": flops(shape, causal), "bytes": bytes_moved(shape, dt), "sdpa": {}, "gqa": {},
                "detattn": {}}
-        decode = wid == "decode"
-        if decode and "tensorcore" not in A.path_set:
-            continue  # decode is a TensorCore row only
+        decode = wid in DECODE
         print(f"{wid} B,Hq,Hkv,Sq,Skv,D={shape} {dt}{' causal' if causal else ''}", flush=True)
         for be in ("flash", "cudnn"):
             v = measure(f"SDPA {be} {dt}", lambda be=be: time_sdpa(be, shape, dt, causal, A), row["sdpa"], f"{be}_{dt}")
@@ -244,6 +245,11 @@ def main():
                             row["detattn"], f"exact_{our}")
                 if v:
                     row["detattn"][f"exact_{our}"] = v[0]
+        if "exact" in A.path_set and decode:
+            v = measure(f"detattn exact {dt}", lambda: time_detattn("exact", shape, dt, causal, A),
+                        row["detattn"], f"exact_{dt}")
+            if v:
+                row["detattn"][f"exact_{dt}"] = v[0]
         if "tensorcore" in A.path_set:
             v = measure(f"detattn tensorcore {dt}", lambda: time_detattn("tensorcore", shape, dt, causal, A),
                         row["detattn"], f"tensorcore_{dt}")
@@ -306,26 +312,29 @@ def print_tables(res, A, proto):
             tf = lambda x: f"{r['flops'] / x / 1e6:.1f}" if x else ""  # noqa: E731
             print(f"| {w} | {dt} | {cell(v)} | {tf(us)} | {cell(r['sdpa'].get(f'flash_{dt}'))} | {tf(fl)} | "
                   f"{fmt_ratio(us, fl)} | {cell(r['sdpa'].get(f'cudnn_{dt}'))} | {tf(cu)} | {fmt_ratio(us, cu)} |")
-    if "decode" in rows:
-        r, dt = rows["decode"], rows["decode"]["dtype"]
+    for w in DECODE:
+        if w not in rows:
+            continue
+        r, dt = rows[w], rows[w]["dtype"]
         ceil = res.get("copy_TBps")
-        print(f"\n#### (c) Decode (B,Hq,Hkv,Sq,Skv,D = {tuple(r['shape'])}, {dt}; "
+        print(f"\n#### (c) Decode {w} (B,Hq,Hkv,Sq,Skv,D = {tuple(r['shape'])}, {dt}; "
               f"{r['bytes'] / 1e9:.3f} GB moved: Q, K, V read once + O written once)\n")
-        print("| who | µs | GB/s | of copy ceiling | detattn vs this | how GQA is given |")
+        print("| who | µs | GB/s | of copy ceiling | this / cuDNN | how GQA is given |")
         print("| --- | --- | --- | --- | --- | --- |")
-        ours = us_of(r["detattn"].get(f"tensorcore_{dt}"))
-        entries = [("detattn tensorcore", r["detattn"].get(f"tensorcore_{dt}"), "native (kv_heads = 8)")]
+        cudnn = us_of(r["sdpa"].get(f"cudnn_{dt}"))
+        entries = [(f"detattn {path}", r["detattn"].get(f"{path}_{dt}"), "native (kv_heads)")
+                   for path in ("tensorcore", "exact") if f"{path}_{dt}" in r["detattn"]]
         entries += [(f"SDPA {be}", r["sdpa"].get(f"{be}_{dt}"), r["gqa"].get(f"{be}_{dt}", ""))
                     for be in ("flash", "cudnn")]
         for who, v, how in entries:
             us = us_of(v)
             gbs = r["bytes"] / us / 1e3 if us else None
             frac = f"{gbs / (ceil * 1e3):.0%}" if gbs and ceil else ""
-            vs = "" if who.startswith("detattn") else fmt_ratio(ours, us)
-            print(f"| {who} | {cell(v)} | {f'{gbs:.0f}' if gbs else ''} | {frac} | {vs} | {how} |")
-        if ceil:
-            print(f"\nCopy ceiling {ceil * 1e3:.0f} GB/s counts read + write bytes; decode bytes count each "
-                  "byte once, so a kernel near the ceiling can exceed it.")
+            print(f"| {who} | {cell(v)} | {f'{gbs:.0f}' if gbs else ''} | {frac} | "
+                  f"{fmt_ratio(us, cudnn)} | {how} |")
+    if ceil_note := res.get("copy_TBps"):
+        print(f"\nCopy ceiling {ceil_note * 1e3:.0f} GB/s counts read + write bytes; decode bytes count "
+              "each byte once, so a kernel near the ceiling can exceed it.")
 
 
 if __name__ == "__main__":

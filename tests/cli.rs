@@ -66,58 +66,9 @@ fn selftest_json_is_one_document_with_every_case_ok() {
 #[test]
 fn run_prints_the_golden_digest_of_the_same_problem() {
     // golden case f32_mha: (2, 4, 4, 33, 33, 64), f32, seed 1.
-    let o = detattn(&[
-        "run",
-        "--backend",
-        "cpu",
-        "--batch",
-        "2",
-        "--q-heads",
-        "4",
-        "--q-len",
-        "33",
-        "--head-dim",
-        "64",
-        "--seed",
-        "1",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
-    assert_eq!(v["digest"], snapshot_digest("f32_mha"));
-    assert_eq!(v["path"], "exact");
-    assert_eq!(v["dtype"], "f32");
-
-    // golden case f16_everything_d3_mqa: (2, 4, 1, 17, 40, 3), f16, causal, kv_lens [40, 20],
-    // full mask with every 5th row blank, seed 30; human output this time.
-    let o = detattn(&[
-        "run",
-        "--backend",
-        "cpu",
-        "--batch",
-        "2",
-        "--q-heads",
-        "4",
-        "--kv-heads",
-        "1",
-        "--q-len",
-        "17",
-        "--kv-len",
-        "40",
-        "--head-dim",
-        "3",
-        "--dtype",
-        "f16",
-        "--causal",
-        "--kv-lens",
-        "40,20",
-        "--mask",
-        "full",
-        "--blank-rows-every",
-        "5",
-        "--seed",
-        "30",
-    ]);
+    let args = everything_flags();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = detattn(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let line = out
@@ -130,9 +81,17 @@ fn run_prints_the_golden_digest_of_the_same_problem() {
     );
 }
 
-/// The flags of golden case f16_everything_d3_mqa, plus `extra`.
+/// The flags of golden case f16_everything_d3_mqa, with `--json`, plus `extra`.
 fn everything_case(extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
+    let mut a = everything_flags();
+    a.push("--json".into());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// The flags of golden case f16_everything_d3_mqa (human output).
+fn everything_flags() -> Vec<String> {
+    [
         "run",
         "--backend",
         "cpu",
@@ -159,13 +118,10 @@ fn everything_case(extra: &[&str]) -> Vec<String> {
         "5",
         "--seed",
         "30",
-        "--json",
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
-    a.extend(extra.iter().map(|s| s.to_string()));
-    a
+    .collect()
 }
 
 #[test]
@@ -188,55 +144,38 @@ fn run_layout_bshd_prints_the_same_digest_as_bhsd() {
 #[test]
 fn run_top_left_causal_prints_its_golden_digest() {
     // golden case f32_top_left_d80: (1, 2, 1, 17, 70, 80), f32, causal top-left, seed 33.
-    let o = detattn(&[
-        "run",
-        "--backend",
-        "cpu",
-        "--batch",
-        "1",
-        "--q-heads",
-        "2",
-        "--kv-heads",
-        "1",
-        "--q-len",
-        "17",
-        "--kv-len",
-        "70",
-        "--head-dim",
-        "80",
-        "--causal",
-        "--causal-align",
-        "top-left",
-        "--seed",
-        "33",
-        "--json",
-    ]);
+    let case = |align: &[&'static str]| {
+        let mut a = vec![
+            "run",
+            "--backend",
+            "cpu",
+            "--batch",
+            "1",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--q-len",
+            "17",
+            "--kv-len",
+            "70",
+            "--head-dim",
+            "80",
+            "--causal",
+            "--seed",
+            "33",
+            "--json",
+        ];
+        a.extend_from_slice(align);
+        a
+    };
+    let o = detattn(&case(&["--causal-align", "top-left"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
     assert_eq!(v["causal_align"], "top-left");
     assert_eq!(v["digest"], snapshot_digest("f32_top_left_d80"));
     // Bottom-right on the same problem is another problem: another digest.
-    let o = detattn(&[
-        "run",
-        "--backend",
-        "cpu",
-        "--batch",
-        "1",
-        "--q-heads",
-        "2",
-        "--kv-heads",
-        "1",
-        "--q-len",
-        "17",
-        "--kv-len",
-        "70",
-        "--head-dim",
-        "80",
-        "--causal",
-        "--seed",
-        "33",
-        "--json",
-    ]);
+    let o = detattn(&case(&[]));
     let v2: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
     assert_ne!(v2["digest"], v["digest"]);
 }

@@ -593,39 +593,24 @@ mod extremes_common;
 /// 256 and the generic one), and every output is finite.
 #[test]
 fn structured_extremes_bit_identical_to_cpu() {
-    use extremes_common::{PATTERNS, STRUCTURES, mask, pattern, structure};
+    use extremes_common::{assert_finite_and_unseen_zero, for_each_case};
     let Some(gpu) = gpu("structured_extremes_bit_identical_to_cpu") else {
         return;
     };
     let cpu = Engine::cpu();
     fn one<T: Element>(gpu: &Engine, cpu: &Engine, d: usize) -> usize {
-        let mut n = 0;
-        for st in STRUCTURES {
-            let p = structure(st, d);
-            let s = *p.shape();
-            let m = mask(&p);
-            for pq in PATTERNS {
-                for (pk, kphase) in [(pq, 0), (pq, 1)] {
-                    let q = pattern::<T>(pq, s.batch * s.q_heads * s.q_len, d, 0);
-                    let k = pattern::<T>(pk, s.batch * s.kv_heads * s.kv_len, d, kphase);
-                    let v = pattern::<T>("alternating_max", s.batch * s.kv_heads * s.kv_len, d, 0);
-                    let want = cpu.run(&p, &q, &k, &v, m.as_deref()).expect("cpu");
-                    let got = gpu.run(&p, &q, &k, &v, m.as_deref()).expect("gpu");
-                    assert_eq!(
-                        first_diff(&got, &want),
-                        None,
-                        "{} d{d} {st}: q {pq}, k {pk} (phase {kphase})",
-                        T::DTYPE
-                    );
-                    assert!(
-                        got.iter().all(|v| v.to_f32().is_finite()),
-                        "{st} {pq}: not finite"
-                    );
-                    n += 1;
-                }
-            }
-        }
-        n
+        for_each_case::<T>(
+            d,
+            |pq| vec![(pq, 0), (pq, 1)],
+            |_| vec!["alternating_max"],
+            |c| {
+                let (p, m) = (&c.problem, c.mask.as_deref());
+                let want = cpu.run(p, &c.q, &c.k, &c.v, m).expect("cpu");
+                let got = gpu.run(p, &c.q, &c.k, &c.v, m).expect("gpu");
+                assert_eq!(first_diff(&got, &want), None, "{}", c.label);
+                assert_finite_and_unseen_zero(c, &got);
+            },
+        )
     }
     let mut n = 0;
     for d in [64, 128, 256, 300] {

@@ -15,11 +15,11 @@ use detattn::cuda::{CudaBackend, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTens
 use detattn::inputs::{GenOptions, SplitMix64, generate};
 use detattn::tensor::gather;
 use detattn::{
-    CausalAlign, DType, Element, Engine, Error, Layout, MaskLayout, Path, Problem, Qkv, Shape,
-    Tensor, TensorMut, TensorName, bf16, f16,
+    DType, Element, Engine, Error, Layout, Path, Problem, Qkv, Shape, Tensor, TensorMut,
+    TensorName, bf16, f16,
 };
 use gpu_common::{gpu, loud};
-use layout_common::{KINDS, Kind, layout, place, untouched_outside_rows};
+use layout_common::{KINDS, Kind, layout, place, random_options, untouched_outside_rows};
 
 const FILL: u32 = 0x5EED;
 
@@ -40,23 +40,7 @@ fn random_problem(rng: &mut SplitMix64, path: Path) -> Problem {
     let g = [1, 2, 4][r(3)];
     let sq = if r(3) == 0 { 1 + r(2) } else { 1 + r(70) };
     let skv = if r(2) == 0 { sq } else { 1 + r(150) };
-    let mut pb = Problem::builder(Shape::new(b, hkv * g, hkv, sq, skv, d))
-        .causal(r(2) == 0)
-        .causal_align(if r(2) == 0 {
-            CausalAlign::TopLeft
-        } else {
-            CausalAlign::BottomRight
-        });
-    if r(3) == 0 {
-        pb = pb.kv_lens((0..b).map(|_| r(skv + 1)).collect());
-    }
-    if r(4) == 0 {
-        pb = pb.mask(MaskLayout {
-            per_batch: r(2) == 0,
-            per_head: r(2) == 0,
-        });
-    }
-    pb.build().expect("a valid random problem")
+    random_options(rng, Shape::new(b, hkv * g, hkv, sq, skv, d))
 }
 
 /// Every (input layout, output layout) through the host entry point, then the device entry point,

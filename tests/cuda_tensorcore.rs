@@ -1170,49 +1170,21 @@ mod extremes_common;
 /// both dtypes — so every kernel (prefill and decode, causal or not, f16/bf16 × D 64/128/256)
 /// meets them. Every output finite; every row that sees no key exactly +0.
 fn structured_one<T: Element>(e: &Engine, d: usize) -> usize {
-    use extremes_common::{PATTERNS, STRUCTURES, mask, pattern, sees_a_key, structure};
-    let mut n = 0;
-    for st in STRUCTURES {
-        let p = structure(st, d);
-        let s = *p.shape();
-        let m = mask(&p);
-        for pq in PATTERNS {
-            for (pk, kphase) in [(pq, 0), (pq, 1), ("alternating_max", 0)] {
-                for pv in ["alternating_max", "all_plus_max", pq] {
-                    let x = Inputs::<T> {
-                        q: pattern(pq, s.batch * s.q_heads * s.q_len, d, 0),
-                        k: pattern(pk, s.batch * s.kv_heads * s.kv_len, d, kphase),
-                        v: pattern(pv, s.batch * s.kv_heads * s.kv_len, d, 0),
-                        mask: m.clone(),
-                    };
-                    let out = run(e, &p, &x);
-                    for b in 0..s.batch {
-                        for h in 0..s.q_heads {
-                            for i in 0..s.q_len {
-                                let row = &out[((b * s.q_heads + h) * s.q_len + i) * d..][..d];
-                                let what = format!(
-                                    "{} d{d} {st}: q {pq}, k {pk} (phase {kphase}), v {pv}: row ({b}, {h}, {i})",
-                                    tname::<T>()
-                                );
-                                assert!(
-                                    row.iter().all(|v| v.to_f32().is_finite()),
-                                    "{what} not finite"
-                                );
-                                if !sees_a_key(&p, m.as_deref(), b, h, i) {
-                                    assert!(
-                                        row.iter().all(|v| v.to_bits_u32() == 0),
-                                        "{what} sees no key, not +0"
-                                    );
-                                }
-                            }
-                        }
-                    }
-                    n += 1;
-                }
-            }
-        }
-    }
-    n
+    use extremes_common::{assert_finite_and_unseen_zero, for_each_case};
+    for_each_case::<T>(
+        d,
+        |pq| vec![(pq, 0), (pq, 1), ("alternating_max", 0)],
+        |pq| vec!["alternating_max", "all_plus_max", pq],
+        |c| {
+            let x = Inputs::<T> {
+                q: c.q.clone(),
+                k: c.k.clone(),
+                v: c.v.clone(),
+                mask: c.mask.clone(),
+            };
+            assert_finite_and_unseen_zero(c, &run(e, &c.problem, &x));
+        },
+    )
 }
 
 #[test]

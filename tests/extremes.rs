@@ -6,43 +6,20 @@
 mod extremes_common;
 
 use detattn::{Element, Engine, bf16, f16};
-use extremes_common::{PATTERNS, STRUCTURES, mask, pattern, sees_a_key, structure};
+use extremes_common::{assert_finite_and_unseen_zero, for_each_case};
 
 fn one<T: Element>(e: &Engine, d: usize) -> usize {
-    let mut n = 0;
-    for st in STRUCTURES {
-        let p = structure(st, d);
-        let s = *p.shape();
-        let m = mask(&p);
-        for pq in PATTERNS {
-            for (pk, kphase) in [(pq, 0), (pq, 1)] {
-                let q = pattern::<T>(pq, s.batch * s.q_heads * s.q_len, d, 0);
-                let k = pattern::<T>(pk, s.batch * s.kv_heads * s.kv_len, d, kphase);
-                let v = pattern::<T>("alternating_max", s.batch * s.kv_heads * s.kv_len, d, 0);
-                let out = e.run(&p, &q, &k, &v, m.as_deref()).expect("cpu");
-                for b in 0..s.batch {
-                    for h in 0..s.q_heads {
-                        for i in 0..s.q_len {
-                            let row = &out[((b * s.q_heads + h) * s.q_len + i) * d..][..d];
-                            let what = format!(
-                                "{} d{d} {st} q {pq} k {pk}/{kphase}: row ({b},{h},{i})",
-                                T::DTYPE
-                            );
-                            assert!(
-                                row.iter().all(|v| v.to_f32().is_finite()),
-                                "{what} not finite"
-                            );
-                            if !sees_a_key(&p, m.as_deref(), b, h, i) {
-                                assert!(row.iter().all(|v| v.to_bits_u32() == 0), "{what}: not +0");
-                            }
-                        }
-                    }
-                }
-                n += 1;
-            }
-        }
-    }
-    n
+    for_each_case::<T>(
+        d,
+        |pq| vec![(pq, 0), (pq, 1)],
+        |_| vec!["alternating_max"],
+        |c| {
+            let out = e
+                .run(&c.problem, &c.q, &c.k, &c.v, c.mask.as_deref())
+                .expect("cpu");
+            assert_finite_and_unseen_zero(c, &out);
+        },
+    )
 }
 
 #[test]

@@ -8,10 +8,8 @@ mod layout_common;
 
 use detattn::inputs::{GenOptions, SplitMix64, generate};
 use detattn::tensor::gather;
-use detattn::{
-    CausalAlign, Element, Engine, MaskLayout, Problem, Qkv, Shape, Tensor, TensorMut, bf16, f16,
-};
-use layout_common::{KINDS, Kind, layout, place, untouched_outside_rows};
+use detattn::{Element, Engine, Problem, Qkv, Shape, Tensor, TensorMut, bf16, f16};
+use layout_common::{KINDS, Kind, layout, place, random_options, untouched_outside_rows};
 
 fn random_problem(rng: &mut SplitMix64) -> Problem {
     let mut r = |n: usize| (rng.next_u64() % n as u64) as usize;
@@ -21,23 +19,7 @@ fn random_problem(rng: &mut SplitMix64) -> Problem {
     let g = 1 + r(3);
     let sq = 1 + r(40);
     let skv = if r(3) == 0 { sq } else { 1 + r(90) };
-    let mut pb = Problem::builder(Shape::new(b, hkv * g, hkv, sq, skv, d))
-        .causal(r(2) == 0)
-        .causal_align(if r(2) == 0 {
-            CausalAlign::TopLeft
-        } else {
-            CausalAlign::BottomRight
-        });
-    if r(3) == 0 {
-        pb = pb.kv_lens((0..b).map(|_| r(skv + 1)).collect());
-    }
-    if r(4) == 0 {
-        pb = pb.mask(MaskLayout {
-            per_batch: r(2) == 0,
-            per_head: r(2) == 0,
-        });
-    }
-    pb.build().expect("a valid random problem")
+    random_options(rng, Shape::new(b, hkv * g, hkv, sq, skv, d))
 }
 
 fn check<T: Element>(p: &Problem, seed: u64) -> usize {

@@ -124,3 +124,75 @@ pub fn sees_a_key(p: &Problem, mask: Option<&[bool]>, b: usize, h: usize, i: usi
         None => lim > 0,
     }
 }
+
+/// One structured case: a problem, its inputs in contiguous `[B, H, S, D]`, and a label.
+pub struct Case<T> {
+    pub problem: Problem,
+    pub q: Vec<T>,
+    pub k: Vec<T>,
+    pub v: Vec<T>,
+    pub mask: Option<Vec<bool>>,
+    pub label: String,
+}
+
+/// Every structure × every Q pattern × `ks(pq)` (K pattern, phase) × `vs(pq)` (V pattern) at head
+/// dim `d`, to `f`; returns how many cases ran.
+pub fn for_each_case<T: Element>(
+    d: usize,
+    ks: impl Fn(&'static str) -> Vec<(&'static str, usize)>,
+    vs: impl Fn(&'static str) -> Vec<&'static str>,
+    mut f: impl FnMut(&Case<T>),
+) -> usize {
+    let mut n = 0;
+    for st in STRUCTURES {
+        let p = structure(st, d);
+        let s = *p.shape();
+        let m = mask(&p);
+        for pq in PATTERNS {
+            for (pk, kphase) in ks(pq) {
+                for pv in vs(pq) {
+                    let case = Case {
+                        problem: p.clone(),
+                        q: pattern(pq, s.batch * s.q_heads * s.q_len, d, 0),
+                        k: pattern(pk, s.batch * s.kv_heads * s.kv_len, d, kphase),
+                        v: pattern(pv, s.batch * s.kv_heads * s.kv_len, d, 0),
+                        mask: m.clone(),
+                        label: format!(
+                            "{} d{d} {st}: q {pq}, k {pk} (phase {kphase}), v {pv}",
+                            T::DTYPE
+                        ),
+                    };
+                    f(&case);
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+/// The promise on an output of `case` (contiguous `[B, Hq, Sq, D]`): every element finite, and
+/// every row that sees no key exactly +0.
+pub fn assert_finite_and_unseen_zero<T: Element>(case: &Case<T>, out: &[T]) {
+    let p = &case.problem;
+    let s = *p.shape();
+    let d = s.head_dim;
+    for b in 0..s.batch {
+        for h in 0..s.q_heads {
+            for i in 0..s.q_len {
+                let row = &out[((b * s.q_heads + h) * s.q_len + i) * d..][..d];
+                let what = format!("{}: row ({b}, {h}, {i})", case.label);
+                assert!(
+                    row.iter().all(|v| v.to_f32().is_finite()),
+                    "{what} not finite"
+                );
+                if !sees_a_key(p, case.mask.as_deref(), b, h, i) {
+                    assert!(
+                        row.iter().all(|v| v.to_bits_u32() == 0),
+                        "{what} sees no key, not +0"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -4,8 +4,33 @@
 //! `[B, S, Hq + 2·Hkv, D]` buffer, the way a fused QKV projection leaves them.
 #![allow(dead_code)]
 
+use detattn::inputs::SplitMix64;
 use detattn::tensor::scatter;
-use detattn::{Layout, Problem};
+use detattn::{CausalAlign, Layout, MaskLayout, Problem, Shape};
+
+/// A random problem of `shape` (B, Hq, Hkv, Sq, Skv, D drawn by the caller): causal or not with
+/// either alignment, key lengths a third of the time, a mask of any layout a quarter of the time.
+pub fn random_options(rng: &mut SplitMix64, shape: Shape) -> Problem {
+    let mut r = |n: usize| (rng.next_u64() % n as u64) as usize;
+    let mut pb = Problem::builder(shape)
+        .causal(r(2) == 0)
+        .causal_align(if r(2) == 0 {
+            CausalAlign::TopLeft
+        } else {
+            CausalAlign::BottomRight
+        });
+    if r(3) == 0 {
+        let (b, skv) = (shape.batch, shape.kv_len);
+        pb = pb.kv_lens((0..b).map(|_| r(skv + 1)).collect());
+    }
+    if r(4) == 0 {
+        pb = pb.mask(MaskLayout {
+            per_batch: r(2) == 0,
+            per_head: r(2) == 0,
+        });
+    }
+    pb.build().expect("a valid random problem")
+}
 
 /// Extra elements between rows of a padded layout (a multiple of 8, so that the `TensorCore`
 /// path's 16-byte alignment holds too).

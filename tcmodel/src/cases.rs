@@ -41,7 +41,8 @@ impl Rng {
 
 /// The seed of tile `tile` of `class` for format `t` and instruction `instr` (0 mma, 1 wgmma).
 pub fn tile_seed(base: u64, t: InType, instr: u32, class: Class, tile: u64) -> u64 {
-    let mut r = Rng::new(base ^ ((class as u64) << 40) ^ ((instr as u64) << 56) ^ ((t as u64) << 60));
+    let mut r =
+        Rng::new(base ^ ((class as u64) << 40) ^ ((instr as u64) << 56) ^ ((t as u64) << 60));
     r.next_u64();
     r.next_u64() ^ tile.wrapping_mul(0xd134_2543_de82_ef95)
 }
@@ -158,7 +159,14 @@ fn max_pe(t: InType, a: &[u16], b: &[u16]) -> Option<i32> {
     use crate::mma::Operand::Finite;
     let mut m = None;
     for (&x, &y) in a.iter().zip(b) {
-        if let (Finite { sig: s1, exp: e1, .. }, Finite { sig: s2, exp: e2, .. }) = (t.decode(x), t.decode(y))
+        if let (
+            Finite {
+                sig: s1, exp: e1, ..
+            },
+            Finite {
+                sig: s2, exp: e2, ..
+            },
+        ) = (t.decode(x), t.decode(y))
             && s1 != 0
             && s2 != 0
         {
@@ -170,7 +178,15 @@ fn max_pe(t: InType, a: &[u16], b: &[u16]) -> Option<i32> {
 
 /// One tile of `class` into `a` (m×16, row-major), `bt` (8×16: column n of B is bt[n*16..]) and
 /// `c` (m×8, row-major, f32 bits).
-pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mut [u16], c: &mut [u32]) {
+pub fn tile(
+    t: InType,
+    class: Class,
+    seed: u64,
+    m: usize,
+    a: &mut [u16],
+    bt: &mut [u16],
+    c: &mut [u32],
+) {
     assert!(a.len() == m * 16 && bt.len() == 128 && c.len() == m * 8);
     let r = &mut Rng::new(seed);
     let (lo, hi) = (t.emin(), emax(t));
@@ -183,7 +199,11 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
     match class {
         Class::Rand => {
             for x in a.iter_mut().chain(bt.iter_mut()) {
-                *x = if r.chance(1, 25) { zero(r) } else { rnd(t, r, -6, 6) };
+                *x = if r.chance(1, 25) {
+                    zero(r)
+                } else {
+                    rnd(t, r, -6, 6)
+                };
             }
             for x in c.iter_mut() {
                 *x = match r.range(0, 3) {
@@ -195,10 +215,18 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
         }
         Class::WideExp => {
             for x in a.iter_mut().chain(bt.iter_mut()) {
-                *x = if r.chance(1, 20) { value(t, r.bit(), lo - r.range(1, 9), r.next_u64() as u32) } else { rnd(t, r, wlo, whi) };
+                *x = if r.chance(1, 20) {
+                    value(t, r.bit(), lo - r.range(1, 9), r.next_u64() as u32)
+                } else {
+                    rnd(t, r, wlo, whi)
+                };
             }
             for x in c.iter_mut() {
-                *x = if r.chance(1, 10) { 0 } else { rnd_f32(r, (2 * wlo).max(-140), (2 * whi + 2).min(127)) };
+                *x = if r.chance(1, 10) {
+                    0
+                } else {
+                    rnd_f32(r, (2 * wlo).max(-140), (2 * whi + 2).min(127))
+                };
             }
         }
         Class::WindowEdge => {
@@ -224,7 +252,11 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             }
             for i in 0..m {
                 for j in 0..8 {
-                    c[i * 8 + j] = if r.chance(1, 10) { 0 } else { rnd_f32(r, rb[i] + cb[j] - 30, rb[i] + cb[j] + 4) };
+                    c[i * 8 + j] = if r.chance(1, 10) {
+                        0
+                    } else {
+                        rnd_f32(r, rb[i] + cb[j] - 30, rb[i] + cb[j] + 4)
+                    };
                 }
             }
         }
@@ -254,7 +286,10 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                             InType::F16 => r.range(lo - 3, -8),
                             InType::Bf16 => r.range(-30, -8),
                         };
-                        (value(t, r.bit(), e, r.next_u64() as u32), value(t, r.bit(), e - r.range(0, 4), r.next_u64() as u32))
+                        (
+                            value(t, r.bit(), e, r.next_u64() as u32),
+                            value(t, r.bit(), e - r.range(0, 4), r.next_u64() as u32),
+                        )
                     };
                     a[i * 16 + 2 * q] = x;
                     a[i * 16 + 2 * q + 1] = y;
@@ -265,7 +300,8 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                     c[i * 8 + j] = match r.range(0, 2) {
                         // Minus one of the big products, exactly (16-bit products fit f32).
                         0 => {
-                            let p = crate::reference::value(t, a[i * 16]) * crate::reference::value(t, bt[j * 16]);
+                            let p = crate::reference::value(t, a[i * 16])
+                                * crate::reference::value(t, bt[j * 16]);
                             (-(p as f32)).to_bits()
                         }
                         1 => (r.bit() as u32) << 31,
@@ -299,7 +335,8 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             }
             for i in 0..m {
                 for j in 0..8 {
-                    let pe = max_pe(t, &a[i * 16..i * 16 + 16], &bt[j * 16..j * 16 + 16]).unwrap_or(0);
+                    let pe =
+                        max_pe(t, &a[i * 16..i * 16 + 16], &bt[j * 16..j * 16 + 16]).unwrap_or(0);
                     let d = r.range(-1, 4); // product at 2^(ec − 23 − d): d = 1 is half an ulp
                     c[i * 8 + j] = f32_bits(r.bit(), pe + 23 + d, r.next_u64() as u32);
                 }
@@ -352,7 +389,11 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                 }
                 InType::F16 => {
                     for x in a.iter_mut().chain(bt.iter_mut()) {
-                        *x = if r.bit() { value(t, r.bit(), lo - r.range(1, 10), r.next_u64() as u32) } else { rnd(t, r, lo, lo + 6) };
+                        *x = if r.bit() {
+                            value(t, r.bit(), lo - r.range(1, 10), r.next_u64() as u32)
+                        } else {
+                            rnd(t, r, lo, lo + 6)
+                        };
                     }
                 }
             }
@@ -367,12 +408,21 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
         }
         Class::CDominant | Class::CTiny => {
             for x in a.iter_mut().chain(bt.iter_mut()) {
-                *x = if r.chance(1, 25) { zero(r) } else { rnd(t, r, -6, 6) };
+                *x = if r.chance(1, 25) {
+                    zero(r)
+                } else {
+                    rnd(t, r, -6, 6)
+                };
             }
             for i in 0..m {
                 for j in 0..8 {
-                    let pe = max_pe(t, &a[i * 16..i * 16 + 16], &bt[j * 16..j * 16 + 16]).unwrap_or(0);
-                    let ec = if class == Class::CDominant { pe + r.range(1, 40) } else { pe - r.range(1, 60) };
+                    let pe =
+                        max_pe(t, &a[i * 16..i * 16 + 16], &bt[j * 16..j * 16 + 16]).unwrap_or(0);
+                    let ec = if class == Class::CDominant {
+                        pe + r.range(1, 40)
+                    } else {
+                        pe - r.range(1, 60)
+                    };
                     c[i * 8 + j] = f32_bits(r.bit(), ec, r.next_u64() as u32);
                 }
             }
@@ -391,7 +441,11 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
             for i in 0..m {
                 let all_zero = r.chance(1, 4);
                 for k in 0..16 {
-                    a[i * 16 + k] = if all_zero || r.bit() { zero(r) } else { rnd(t, r, -4, 4) };
+                    a[i * 16 + k] = if all_zero || r.bit() {
+                        zero(r)
+                    } else {
+                        rnd(t, r, -4, 4)
+                    };
                 }
             }
             for x in bt.iter_mut() {
@@ -407,14 +461,22 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                 }
             }
             for x in c.iter_mut() {
-                *x = if r.chance(3, 4) { (r.bit() as u32) << 31 } else { rnd_f32(r, -10, 4) };
+                *x = if r.chance(3, 4) {
+                    (r.bit() as u32) << 31
+                } else {
+                    rnd_f32(r, -10, 4)
+                };
             }
         }
         Class::Special => {
             let special = |t: InType, r: &mut Rng| -> u16 {
                 let f = t.frac();
                 let field = (1u32 << (15 - f)) - 1;
-                let mant = if r.bit() { 0 } else { (r.next_u64() as u32 & ((1 << f) - 1)).max(1) };
+                let mant = if r.bit() {
+                    0
+                } else {
+                    (r.next_u64() as u32 & ((1 << f) - 1)).max(1)
+                };
                 (((r.bit() as u32) << 15) | (field << f) | mant) as u16
             };
             for x in a.iter_mut().chain(bt.iter_mut()) {
@@ -440,7 +502,11 @@ pub fn tile(t: InType, class: Class, seed: u64, m: usize, a: &mut [u16], bt: &mu
                 InType::Bf16 => (58, 66),
             };
             for x in a.iter_mut().chain(bt.iter_mut()) {
-                *x = if r.chance(1, 8) { rnd(t, r, hi - 2, hi) } else { rnd(t, r, elo, ehi) };
+                *x = if r.chance(1, 8) {
+                    rnd(t, r, hi - 2, hi)
+                } else {
+                    rnd(t, r, elo, ehi)
+                };
             }
             for x in c.iter_mut() {
                 *x = match r.range(0, 3) {

@@ -142,7 +142,10 @@ mod tests {
             worst = worst.max((y * x as f64 - 1.0).abs());
             x *= 1.000_731;
         }
-        assert!(worst < 2.0 * f32::EPSILON as f64, "rcp relative error {worst:e}");
+        assert!(
+            worst < 2.0 * f32::EPSILON as f64,
+            "rcp relative error {worst:e}"
+        );
         for mu in [1.0f32, 3.0, 1.0e-30, 2.5e30, 65504.0] {
             let c = cap_pow2(mu);
             assert!((mu as f64) * (c as f64) < 2f64.powi(24));

@@ -10,7 +10,7 @@
 //! The GPU harness is `src/bin/tcharness.rs`; the kernels it runs are in `kernels/`.
 //! docs/tensorcore-cpu-model.md is the written model, its evidence and the proposal.
 
-pub mod exp2;
 pub mod cases;
+pub mod exp2;
 pub mod mma;
 pub mod reference;

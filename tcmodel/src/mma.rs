@@ -73,13 +73,25 @@ impl InType {
         let field = ((x >> f) as u32) & ((1 << self.exp_bits()) - 1);
         let mant = (x as u32) & ((1 << f) - 1);
         if field == (1 << self.exp_bits()) - 1 {
-            return if mant == 0 { Operand::Inf { neg } } else { Operand::Nan };
+            return if mant == 0 {
+                Operand::Inf { neg }
+            } else {
+                Operand::Nan
+            };
         }
         if field == 0 {
             // Subnormal (or zero): significand without the hidden bit, minimum exponent.
-            Operand::Finite { neg, sig: mant, exp: self.emin() }
+            Operand::Finite {
+                neg,
+                sig: mant,
+                exp: self.emin(),
+            }
         } else {
-            Operand::Finite { neg, sig: mant | (1 << f), exp: field as i32 - self.bias() }
+            Operand::Finite {
+                neg,
+                sig: mant | (1 << f),
+                exp: field as i32 - self.bias(),
+            }
         }
     }
 }
@@ -100,8 +112,16 @@ pub fn decode_f32(x: u32) -> Operand {
     match field {
         0xff if mant == 0 => Operand::Inf { neg },
         0xff => Operand::Nan,
-        0 => Operand::Finite { neg, sig: mant, exp: -126 },
-        _ => Operand::Finite { neg, sig: mant | 0x80_0000, exp: field as i32 - 127 },
+        0 => Operand::Finite {
+            neg,
+            sig: mant,
+            exp: -126,
+        },
+        _ => Operand::Finite {
+            neg,
+            sig: mant | 0x80_0000,
+            exp: field as i32 - 127,
+        },
     }
 }
 
@@ -165,12 +185,19 @@ pub const H100: Params = Params {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Raw {
     Nan,
-    Inf { neg: bool },
+    Inf {
+        neg: bool,
+    },
     /// `value = s · 2^lsb` exactly (s already holds the truncated terms' exact sum).
     /// `all_neg_zero`: no nonzero term and every term (products and c) is a negative zero.
     /// `e_max`: the largest term exponent before the floor (`i32::MIN` if every term is zero),
     /// so that a caller can tell whether another floor would change anything.
-    Sum { s: i64, lsb: i32, all_neg_zero: bool, e_max: i32 },
+    Sum {
+        s: i64,
+        lsb: i32,
+        all_neg_zero: bool,
+        e_max: i32,
+    },
 }
 
 /// One output element: `d = a[0..K]·b[0..K] + c` (K = 16, or a multiple of `p.block`).
@@ -197,7 +224,11 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
         match (t.decode(x), t.decode(y)) {
             (Operand::Nan, _) | (_, Operand::Nan) => nan = true,
             (Operand::Inf { neg: n1 }, Operand::Inf { neg: n2 }) => {
-                if n1 ^ n2 { ninf = true } else { pinf = true }
+                if n1 ^ n2 {
+                    ninf = true
+                } else {
+                    pinf = true
+                }
             }
             (Operand::Inf { neg: n1 }, Operand::Finite { neg: n2, sig, .. })
             | (Operand::Finite { neg: n2, sig, .. }, Operand::Inf { neg: n1 }) => {
@@ -209,7 +240,18 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
                     pinf = true
                 }
             }
-            (Operand::Finite { neg: n1, sig: s1, exp: e1 }, Operand::Finite { neg: n2, sig: s2, exp: e2 }) => {
+            (
+                Operand::Finite {
+                    neg: n1,
+                    sig: s1,
+                    exp: e1,
+                },
+                Operand::Finite {
+                    neg: n2,
+                    sig: s2,
+                    exp: e2,
+                },
+            ) => {
                 let neg = n1 ^ n2;
                 let sig = s1 as u64 * s2 as u64;
                 if sig != 0 || !neg {
@@ -223,7 +265,11 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
     match decode_f32(c) {
         Operand::Nan => nan = true,
         Operand::Inf { neg } => {
-            if neg { ninf = true } else { pinf = true }
+            if neg {
+                ninf = true
+            } else {
+                pinf = true
+            }
         }
         Operand::Finite { neg, sig, exp } => {
             if sig != 0 || !neg {
@@ -244,7 +290,11 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
     // Step 3: the alignment exponent. A term's own exponent is that of 2^0 of its significand
     // (`ea + eb` for a product, not renormalised), unless the `normalized_exp` candidate is asked.
     let own_exp = |&(_, sig, e, fr): &(bool, u64, i32, u32)| -> i32 {
-        if p.normalized_exp && sig >> (fr + 1) != 0 { e + 1 } else { e }
+        if p.normalized_exp && sig >> (fr + 1) != 0 {
+            e + 1
+        } else {
+            e
+        }
     };
     let mut e_max = i32::MIN;
     for term in terms.iter().filter(|t| t.1 != 0) {
@@ -252,7 +302,12 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
     }
     if e_max == i32::MIN {
         // Every term is zero.
-        return Raw::Sum { s: 0, lsb: 0, all_neg_zero, e_max };
+        return Raw::Sum {
+            s: 0,
+            lsb: 0,
+            all_neg_zero,
+            e_max,
+        };
     }
     let e = e_max.max(p.e_floor);
     let lsb = e - p.frac_bits as i32;
@@ -272,7 +327,12 @@ pub fn fused(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> Raw {
         };
         s += if neg { -(mag as i64) } else { mag as i64 };
     }
-    Raw::Sum { s, lsb, all_neg_zero, e_max }
+    Raw::Sum {
+        s,
+        lsb,
+        all_neg_zero,
+        e_max,
+    }
 }
 
 /// Step 6: round the exact sum to an f32 bit pattern.
@@ -280,9 +340,18 @@ pub fn finish(raw: Raw, p: &Params) -> u32 {
     match raw {
         Raw::Nan => NAN_BITS,
         Raw::Inf { neg } => INF_BITS | ((neg as u32) << 31),
-        Raw::Sum { s, lsb, all_neg_zero, .. } => {
+        Raw::Sum {
+            s,
+            lsb,
+            all_neg_zero,
+            ..
+        } => {
             if s == 0 {
-                return if !p.zero_plus && all_neg_zero { 0x8000_0000 } else { 0 };
+                return if !p.zero_plus && all_neg_zero {
+                    0x8000_0000
+                } else {
+                    0
+                };
             }
             let neg = s < 0;
             let sign = (neg as u32) << 31;
@@ -313,7 +382,11 @@ fn round_f32(mag: u64, lsb: i32, r: Rounding) -> Option<u32> {
     };
     // Round to nearest even (candidate only). Past 64 dropped bits everything is below half.
     if r == Rounding::Rne && sh > 0 && sh <= 64 {
-        let rem = if sh == 64 { mag } else { mag & ((1u64 << sh) - 1) };
+        let rem = if sh == 64 {
+            mag
+        } else {
+            mag & ((1u64 << sh) - 1)
+        };
         let half = 1u64 << (sh - 1);
         if rem > half || (rem == half && m & 1 == 1) {
             m += 1;
@@ -327,7 +400,11 @@ fn round_f32(mag: u64, lsb: i32, r: Rounding) -> Option<u32> {
     } else {
         m
     };
-    if bits >= INF_BITS as u64 { None } else { Some(bits as u32) }
+    if bits >= INF_BITS as u64 {
+        None
+    } else {
+        Some(bits as u32)
+    }
 }
 
 #[cfg(test)]
@@ -340,28 +417,72 @@ mod tests {
 
     #[test]
     fn decode_formats() {
-        assert_eq!(InType::F16.decode(0x3c00), Operand::Finite { neg: false, sig: 1024, exp: 0 });
-        assert_eq!(InType::F16.decode(0x0001), Operand::Finite { neg: false, sig: 1, exp: -14 });
+        assert_eq!(
+            InType::F16.decode(0x3c00),
+            Operand::Finite {
+                neg: false,
+                sig: 1024,
+                exp: 0
+            }
+        );
+        assert_eq!(
+            InType::F16.decode(0x0001),
+            Operand::Finite {
+                neg: false,
+                sig: 1,
+                exp: -14
+            }
+        );
         assert_eq!(InType::F16.decode(0xfc00), Operand::Inf { neg: true });
         assert_eq!(InType::F16.decode(0x7e00), Operand::Nan);
-        assert_eq!(InType::Bf16.decode(0x3f80), Operand::Finite { neg: false, sig: 128, exp: 0 });
-        assert_eq!(InType::Bf16.decode(0x8001), Operand::Finite { neg: true, sig: 1, exp: -126 });
-        assert_eq!(decode_f32(0x0000_0001), Operand::Finite { neg: false, sig: 1, exp: -126 });
+        assert_eq!(
+            InType::Bf16.decode(0x3f80),
+            Operand::Finite {
+                neg: false,
+                sig: 128,
+                exp: 0
+            }
+        );
+        assert_eq!(
+            InType::Bf16.decode(0x8001),
+            Operand::Finite {
+                neg: true,
+                sig: 1,
+                exp: -126
+            }
+        );
+        assert_eq!(
+            decode_f32(0x0000_0001),
+            Operand::Finite {
+                neg: false,
+                sig: 1,
+                exp: -126
+            }
+        );
     }
 
     #[test]
     fn round_f32_cases() {
         // 1 + 2^-23 + 2^-24 (in units of 2^-25: 2^25 + 4 + 2): RZ drops the half.
         let mag = (1u64 << 25) + 4 + 2;
-        assert_eq!(round_f32(mag, -25, Rounding::Rz), Some(f32b(1.0 + f32::EPSILON)));
+        assert_eq!(
+            round_f32(mag, -25, Rounding::Rz),
+            Some(f32b(1.0 + f32::EPSILON))
+        );
         // RNE: tie at an odd last place rounds up to 1 + 2^-22.
-        assert_eq!(round_f32(mag, -25, Rounding::Rne), Some(f32b(1.0 + 2.0 * f32::EPSILON)));
+        assert_eq!(
+            round_f32(mag, -25, Rounding::Rne),
+            Some(f32b(1.0 + 2.0 * f32::EPSILON))
+        );
         // Smallest subnormal and half of it.
         assert_eq!(round_f32(1, -149, Rounding::Rz), Some(1));
         assert_eq!(round_f32(1, -150, Rounding::Rz), Some(0));
         assert_eq!(round_f32(3, -150, Rounding::Rne), Some(2)); // 1.5 ulp -> 2 (even)
         // Overflow at 2^128.
         assert_eq!(round_f32(1, 128, Rounding::Rz), None);
-        assert_eq!(round_f32((1 << 24) - 1, 104, Rounding::Rz), Some(0x7f7f_ffff));
+        assert_eq!(
+            round_f32((1 << 24) - 1, 104, Rounding::Rz),
+            Some(0x7f7f_ffff)
+        );
     }
 }

@@ -19,7 +19,11 @@ pub fn value(t: InType, x: u16) -> f64 {
     if e == (1 << eb) - 1 {
         return if m == 0 { s * f64::INFINITY } else { f64::NAN };
     }
-    let (sig, ex) = if e == 0 { (m as f64, 1 - bias) } else { ((m + (1 << fb)) as f64, e as i32 - bias) };
+    let (sig, ex) = if e == 0 {
+        (m as f64, 1 - bias)
+    } else {
+        ((m + (1 << fb)) as f64, e as i32 - bias)
+    };
     s * sig * 2f64.powi(ex - fb as i32)
 }
 
@@ -32,7 +36,13 @@ fn exp_of(t: InType, x: f64) -> i32 {
     };
     let e = x.abs().log2().floor() as i32;
     // log2 of an exact power-of-two boundary could round: correct it.
-    let e = if 2f64.powi(e) > x.abs() { e - 1 } else if 2f64.powi(e + 1) <= x.abs() { e + 1 } else { e };
+    let e = if 2f64.powi(e) > x.abs() {
+        e - 1
+    } else if 2f64.powi(e + 1) <= x.abs() {
+        e + 1
+    } else {
+        e
+    };
     e.max(emin)
 }
 
@@ -52,7 +62,11 @@ pub fn mma_elem(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> u32 {
             continue;
         }
         if prod.is_infinite() {
-            if prod > 0.0 { pinf = true } else { ninf = true }
+            if prod > 0.0 {
+                pinf = true
+            } else {
+                ninf = true
+            }
             continue;
         }
         if prod != 0.0 || prod.is_sign_positive() {
@@ -78,7 +92,11 @@ pub fn mma_elem(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> u32 {
         exps.push(exp_of_f32(cv));
     }
     if terms.is_empty() {
-        return if !p.zero_plus && all_neg_zero { 0x8000_0000 } else { 0 };
+        return if !p.zero_plus && all_neg_zero {
+            0x8000_0000
+        } else {
+            0
+        };
     }
     let e = (*exps.iter().max().unwrap()).max(p.e_floor);
     let unit = 2f64.powi(e - p.frac_bits as i32); // may be subnormal-small but > 0 in f64
@@ -91,22 +109,40 @@ pub fn mma_elem(t: InType, a: &[u16], b: &[u16], c: u32, p: &Params) -> u32 {
 
 fn exp_of_f32(x: f64) -> i32 {
     let e = x.abs().log2().floor() as i32;
-    let e = if 2f64.powi(e) > x.abs() { e - 1 } else if 2f64.powi(e + 1) <= x.abs() { e + 1 } else { e };
+    let e = if 2f64.powi(e) > x.abs() {
+        e - 1
+    } else if 2f64.powi(e + 1) <= x.abs() {
+        e + 1
+    } else {
+        e
+    };
     e.max(-126)
 }
 
 fn to_f32(v: f64, p: &Params) -> u32 {
     if v.abs() >= 2f64.powi(128) {
         let s = (v < 0.0) as u32;
-        return if p.overflow_inf { 0x7f80_0000 | (s << 31) } else { 0x7f7f_ffff | (s << 31) };
+        return if p.overflow_inf {
+            0x7f80_0000 | (s << 31)
+        } else {
+            0x7f7f_ffff | (s << 31)
+        };
     }
     let y = v as f32; // nearest even, subnormals included; may round up to 2^128 = inf
     match p.rounding {
         Rounding::Rne => y.to_bits(),
         Rounding::Rz => {
             // Step toward zero if the nearest value is farther from zero than v.
-            let bits = if (y as f64).abs() > v.abs() { y.to_bits() - 1 } else { y.to_bits() };
-            if bits & 0x7fff_ffff == 0 && !p.underflow_signed { 0 } else { bits }
+            let bits = if (y as f64).abs() > v.abs() {
+                y.to_bits() - 1
+            } else {
+                y.to_bits()
+            };
+            if bits & 0x7fff_ffff == 0 && !p.underflow_signed {
+                0
+            } else {
+                bits
+            }
         }
     }
 }

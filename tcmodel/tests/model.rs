@@ -44,15 +44,24 @@ fn window_is_25_bits_below_the_largest_exponent() {
     }
     assert_eq!(run(InType::F16, &a, &a, 1.0, &H100), 1f32.to_bits());
     // With 26 fraction bits they would count: 1 + 2^-23.
-    let p26 = Params { frac_bits: 26, ..H100 };
-    assert_eq!(run(InType::F16, &a, &a, 1.0, &p26), (1.0f32 + f32::EPSILON).to_bits());
+    let p26 = Params {
+        frac_bits: 26,
+        ..H100
+    };
+    assert_eq!(
+        run(InType::F16, &a, &a, 1.0, &p26),
+        (1.0f32 + f32::EPSILON).to_bits()
+    );
     // Products 2^-25 (= 2^-12 · 2^-13) sit on the unit and are kept: 1 + 8·2^-25 = 1 + 2^-22.
     let mut b = [0u16; 16];
     for (x, y) in a.iter_mut().zip(b.iter_mut()).take(8) {
         *x = h(-12);
         *y = h(-13);
     }
-    assert_eq!(run(InType::F16, &a, &b, 1.0, &H100), (1.0f32 + 2.0 * f32::EPSILON).to_bits());
+    assert_eq!(
+        run(InType::F16, &a, &b, 1.0, &H100),
+        (1.0f32 + 2.0 * f32::EPSILON).to_bits()
+    );
 }
 
 #[test]
@@ -68,9 +77,15 @@ fn alignment_uses_the_unnormalised_product_exponent() {
     b[2] = 0x3e00;
     a[1] = h(-12);
     b[1] = h(-13);
-    assert_eq!(run(InType::F16, &a, &b, 0.0, &H100), 2f32.powi(-25).to_bits());
+    assert_eq!(
+        run(InType::F16, &a, &b, 0.0, &H100),
+        2f32.powi(-25).to_bits()
+    );
     // Aligned to the normalised exponent (E = 1, unit 2^-24), 2^-25 would vanish: d = +0.
-    let pn = Params { normalized_exp: true, ..H100 };
+    let pn = Params {
+        normalized_exp: true,
+        ..H100
+    };
     assert_eq!(run(InType::F16, &a, &b, 0.0, &pn), 0);
     // A c of exponent 1 (c = 2: 2^1) moves E to 1 in every variant: 2 + 2^-25 − ... = 2 exactly.
     assert_eq!(run(InType::F16, &a, &b, 2.0, &H100), 2f32.to_bits());
@@ -82,11 +97,17 @@ fn c_is_truncated_like_a_product() {
     // 2^30 + 32 then rounds toward zero to 2^30 (the f32 ulp at 2^30 is 2^7).
     let mut a = [0u16; 16];
     a[0] = h(15);
-    assert_eq!(run(InType::F16, &a, &a, 33.0, &H100), 2f32.powi(30).to_bits());
+    assert_eq!(
+        run(InType::F16, &a, &a, 33.0, &H100),
+        2f32.powi(30).to_bits()
+    );
     // A negative c reveals the truncation toward zero of the term: 2^30 − trunc(200/32)·32
     // = 2^30 − 192 (the exact value 2^30 − 200 would round toward zero to 2^30 − 256).
     // 2^30 − 192 needs 24 significant bits: 2^30 − 192 = (2^24 − 3)·2^6, exact in f32.
-    assert_eq!(run(InType::F16, &a, &a, -200.0, &H100), (2f32.powi(30) - 192.0).to_bits());
+    assert_eq!(
+        run(InType::F16, &a, &a, -200.0, &H100),
+        (2f32.powi(30) - 192.0).to_bits()
+    );
 }
 
 #[test]
@@ -99,8 +120,14 @@ fn final_rounding_is_toward_zero() {
     b[0] = h(-12);
     let c = 1.0f32 + f32::EPSILON;
     assert_eq!(run(InType::F16, &a, &b, c, &H100), c.to_bits());
-    let rne = Params { rounding: Rounding::Rne, ..H100 };
-    assert_eq!(run(InType::F16, &a, &b, c, &rne), (1.0f32 + 2.0 * f32::EPSILON).to_bits());
+    let rne = Params {
+        rounding: Rounding::Rne,
+        ..H100
+    };
+    assert_eq!(
+        run(InType::F16, &a, &b, c, &rne),
+        (1.0f32 + 2.0 * f32::EPSILON).to_bits()
+    );
     // Negative: toward zero is up: −(1 + 2^-23) − 2^-24 -> −(1 + 2^-23).
     b[0] |= 0x8000;
     assert_eq!(run(InType::F16, &a, &b, -c, &H100), (-c).to_bits());
@@ -119,7 +146,10 @@ fn zeros_and_signs() {
     let a = [0x8000u16; 16];
     let b = [F16_ONE; 16];
     assert_eq!(run(InType::F16, &a, &b, -0.0, &H100), 0);
-    let ieee = Params { zero_plus: false, ..H100 };
+    let ieee = Params {
+        zero_plus: false,
+        ..H100
+    };
     assert_eq!(run(InType::F16, &a, &b, -0.0, &ieee), 0x8000_0000);
 }
 
@@ -129,7 +159,10 @@ fn specials() {
     let b = [F16_ONE; 16];
     a[3] = 0x7c00; // +inf
     assert_eq!(run(InType::F16, &a, &b, 1.0, &H100), 0x7f80_0000);
-    assert_eq!(run(InType::F16, &a, &b, f32::NEG_INFINITY, &H100), mma::NAN_BITS);
+    assert_eq!(
+        run(InType::F16, &a, &b, f32::NEG_INFINITY, &H100),
+        mma::NAN_BITS
+    );
     let mut b0 = b;
     b0[3] = 0; // inf · 0
     assert_eq!(run(InType::F16, &a, &b0, 1.0, &H100), mma::NAN_BITS);
@@ -143,7 +176,10 @@ fn bf16_overflow_and_underflow() {
     let mut a = [0u16; 16];
     a[0] = bf(false, 64, 0);
     assert_eq!(run(InType::Bf16, &a, &a, 0.0, &H100), 0x7f80_0000);
-    let p = Params { overflow_inf: false, ..H100 };
+    let p = Params {
+        overflow_inf: false,
+        ..H100
+    };
     assert_eq!(run(InType::Bf16, &a, &a, 0.0, &p), 0x7f7f_ffff);
     // 2^-70 · 2^-70 = 2^-140: a subnormal result (2^9 units of 2^-149).
     a[0] = bf(false, -70, 0);
@@ -155,12 +191,18 @@ fn bf16_overflow_and_underflow() {
     a[0] = bf(true, -75, 0);
     b[0] = bf(false, -75, 0);
     assert_eq!(run(InType::Bf16, &a, &b, 0.0, &H100), 0);
-    let signed = Params { underflow_signed: true, ..H100 };
+    let signed = Params {
+        underflow_signed: true,
+        ..H100
+    };
     assert_eq!(run(InType::Bf16, &a, &b, 0.0, &signed), 0x8000_0000);
     // The same with c = −0 and with c = −(smallest subnormal) = −2^-149: −2^-150 − 2^-149 =
     // −1.5 · 2^-149 truncates to −2^-149 (a nonzero result keeps its sign).
     assert_eq!(run(InType::Bf16, &a, &b, -0.0, &H100), 0);
-    assert_eq!(run(InType::Bf16, &a, &b, -f32::from_bits(1), &H100), 0x8000_0001);
+    assert_eq!(
+        run(InType::Bf16, &a, &b, -f32::from_bits(1), &H100),
+        0x8000_0001
+    );
 }
 
 #[test]
@@ -179,10 +221,37 @@ fn floor_of_the_alignment_exponent() {
         a[k] = bf(false, -80, 0b000_1100); // 1.09375 · 2^-80
         b[k] = bf(false, -79, 0);
     }
-    let none = Params { e_floor: i32::MIN, ..H100 };
+    let none = Params {
+        e_floor: i32::MIN,
+        ..H100
+    };
     assert_eq!(run(InType::Bf16, &a, &b, 0.0, &none), 1);
-    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &Params { e_floor: -133, ..H100 }), 0);
-    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &Params { e_floor: -126, ..H100 }), 0);
+    assert_eq!(
+        run(
+            InType::Bf16,
+            &a,
+            &b,
+            0.0,
+            &Params {
+                e_floor: -133,
+                ..H100
+            }
+        ),
+        0
+    );
+    assert_eq!(
+        run(
+            InType::Bf16,
+            &a,
+            &b,
+            0.0,
+            &Params {
+                e_floor: -126,
+                ..H100
+            }
+        ),
+        0
+    );
     // A case that separates −133 from −126: eight products 2^-156 and one 1.875 · 2^-150
     // (= 15 · 2^-153): exact sum 16 · 2^-153 = 2^-149. Floor −133: unit 2^-158, all kept -> 1.
     // Floor −126: unit 2^-151: 2^-156 -> 0, 15·2^-153 = 3.75 units -> 3 -> 0.75 · 2^-149 -> 0.
@@ -194,8 +263,32 @@ fn floor_of_the_alignment_exponent() {
     }
     a[8] = bf(false, -75, 0b111_0000); // 1.875
     b[8] = bf(false, -75, 0);
-    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &Params { e_floor: -133, ..H100 }), 1);
-    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &Params { e_floor: -126, ..H100 }), 0);
+    assert_eq!(
+        run(
+            InType::Bf16,
+            &a,
+            &b,
+            0.0,
+            &Params {
+                e_floor: -133,
+                ..H100
+            }
+        ),
+        1
+    );
+    assert_eq!(
+        run(
+            InType::Bf16,
+            &a,
+            &b,
+            0.0,
+            &Params {
+                e_floor: -126,
+                ..H100
+            }
+        ),
+        0
+    );
     assert_eq!(run(InType::Bf16, &a, &b, 0.0, &none), 1);
 }
 
@@ -203,16 +296,37 @@ fn floor_of_the_alignment_exponent() {
 fn variants() -> Vec<Params> {
     let mut v = vec![H100];
     for floor in [i32::MIN, -126, -140] {
-        v.push(Params { e_floor: floor, ..H100 });
+        v.push(Params {
+            e_floor: floor,
+            ..H100
+        });
     }
     for fb in [24, 26] {
-        v.push(Params { frac_bits: fb, ..H100 });
+        v.push(Params {
+            frac_bits: fb,
+            ..H100
+        });
     }
-    v.push(Params { rounding: Rounding::Rne, ..H100 });
-    v.push(Params { normalized_exp: true, ..H100 });
-    v.push(Params { overflow_inf: false, ..H100 });
-    v.push(Params { zero_plus: false, ..H100 });
-    v.push(Params { underflow_signed: true, ..H100 });
+    v.push(Params {
+        rounding: Rounding::Rne,
+        ..H100
+    });
+    v.push(Params {
+        normalized_exp: true,
+        ..H100
+    });
+    v.push(Params {
+        overflow_inf: false,
+        ..H100
+    });
+    v.push(Params {
+        zero_plus: false,
+        ..H100
+    });
+    v.push(Params {
+        underflow_signed: true,
+        ..H100
+    });
     v
 }
 
@@ -223,7 +337,15 @@ fn model_equals_reference_on_every_class() {
             let (mut a, mut bt, mut c) = (vec![0u16; 256], vec![0u16; 128], vec![0u32; 128]);
             let mut n = 0;
             for tile in 0..24 {
-                cases::tile(t, class, cases::tile_seed(7, t, 0, class, tile), 16, &mut a, &mut bt, &mut c);
+                cases::tile(
+                    t,
+                    class,
+                    cases::tile_seed(7, t, 0, class, tile),
+                    16,
+                    &mut a,
+                    &mut bt,
+                    &mut c,
+                );
                 for p in variants() {
                     for i in 0..16 {
                         for j in 0..8 {
@@ -231,7 +353,13 @@ fn model_equals_reference_on_every_class() {
                             let x = mma::mma_elem(t, ar, bc, c[i * 8 + j], &p);
                             let y = reference::mma_elem(t, ar, bc, c[i * 8 + j], &p);
                             // NaN results: both canonical.
-                            assert_eq!(x, y, "{} {} tile {tile} ({i},{j}) {p:?}", t.name(), class.name());
+                            assert_eq!(
+                                x,
+                                y,
+                                "{} {} tile {tile} ({i},{j}) {p:?}",
+                                t.name(),
+                                class.name()
+                            );
                             n += 1;
                         }
                     }
@@ -250,12 +378,29 @@ fn planted_fault_is_caught() {
     let (mut a, mut bt, mut c) = (vec![0u16; 256], vec![0u16; 128], vec![0u32; 128]);
     let mut differ = 0;
     for tile in 0..8 {
-        cases::tile(t, cases::Class::WindowEdge, cases::tile_seed(1, t, 0, cases::Class::WindowEdge, tile), 16, &mut a, &mut bt, &mut c);
+        cases::tile(
+            t,
+            cases::Class::WindowEdge,
+            cases::tile_seed(1, t, 0, cases::Class::WindowEdge, tile),
+            16,
+            &mut a,
+            &mut bt,
+            &mut c,
+        );
         for i in 0..16 {
             for j in 0..8 {
                 let (ar, bc) = (&a[i * 16..i * 16 + 16], &bt[j * 16..j * 16 + 16]);
                 let x = mma::mma_elem(t, ar, bc, c[i * 8 + j], &H100);
-                let y = reference::mma_elem(t, ar, bc, c[i * 8 + j], &Params { frac_bits: 26, ..H100 });
+                let y = reference::mma_elem(
+                    t,
+                    ar,
+                    bc,
+                    c[i * 8 + j],
+                    &Params {
+                        frac_bits: 26,
+                        ..H100
+                    },
+                );
                 differ += (x != y) as usize;
             }
         }
@@ -271,17 +416,31 @@ fn planted_fault_is_caught() {
 #[test]
 fn hardware_known_answers_from_the_first_run() {
     let mut n = 0;
-    for f in ["h100-2026-11-24-run1-bf16-mma.bin", "h100-2026-11-24-run1-bf16-wgmma.bin"] {
+    for f in [
+        "h100-2026-11-24-run1-bf16-mma.bin",
+        "h100-2026-11-24-run1-bf16-wgmma.bin",
+    ] {
         let b = std::fs::read(format!("{}/tests/data/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap();
         assert_eq!(b.len() % 88, 0);
         for r in b.chunks(88) {
             let t = if r[0] == 1 { InType::Bf16 } else { InType::F16 };
-            let u16s: Vec<u16> = r[12..76].chunks(2).map(|x| u16::from_le_bytes([x[0], x[1]])).collect();
+            let u16s: Vec<u16> = r[12..76]
+                .chunks(2)
+                .map(|x| u16::from_le_bytes([x[0], x[1]]))
+                .collect();
             let w = |o: usize| u32::from_le_bytes(r[o..o + 4].try_into().unwrap());
             let (c, hw, old) = (w(76), w(80), w(84));
             assert_ne!(hw, old);
-            assert_eq!(mma::mma_elem(t, &u16s[..16], &u16s[16..], c, &H100), hw, "record {n}");
-            assert_eq!(reference::mma_elem(t, &u16s[..16], &u16s[16..], c, &H100), hw, "record {n}");
+            assert_eq!(
+                mma::mma_elem(t, &u16s[..16], &u16s[16..], c, &H100),
+                hw,
+                "record {n}"
+            );
+            assert_eq!(
+                reference::mma_elem(t, &u16s[..16], &u16s[16..], c, &H100),
+                hw,
+                "record {n}"
+            );
             n += 1;
         }
     }

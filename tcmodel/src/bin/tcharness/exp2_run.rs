@@ -118,7 +118,10 @@ fn hex(b: &[u8]) -> String {
 pub fn digest_main() -> R<bool> {
     let t0 = std::time::Instant::now();
     let (d, _) = cpu_digest();
-    println!("exp2 (degree 5) CPU SHA-256 over all 2^32 outputs (per-chunk digests, then their digest): {d}  ({:.1} s)", t0.elapsed().as_secs_f64());
+    println!(
+        "exp2 (degree 5) CPU SHA-256 over all 2^32 outputs (per-chunk digests, then their digest): {d}  ({:.1} s)",
+        t0.elapsed().as_secs_f64()
+    );
     Ok(true)
 }
 
@@ -133,7 +136,10 @@ pub fn bound_main() -> R<bool> {
         let ulp = 2f64.powi(e.log2().floor() as i32 - 23);
         (y as f64 - e).abs() / ulp
     };
-    for (name, f) in [("degree 5 (shipped)", Fun::Deg5), ("degree 3 (variant)", Fun::Deg3)] {
+    for (name, f) in [
+        ("degree 5 (shipped)", Fun::Deg5),
+        ("degree 3 (variant)", Fun::Deg3),
+    ] {
         let t0 = std::time::Instant::now();
         let ranges: Vec<(u32, u32)> = {
             let mut v = Vec::new();
@@ -164,7 +170,16 @@ pub fn bound_main() -> R<bool> {
                 }
                 (w, wx, n)
             })
-            .reduce(|| (0.0, 0, 0), |p, q| if q.0 > p.0 { (q.0, q.1, p.2 + q.2) } else { (p.0, p.1, p.2 + q.2) });
+            .reduce(
+                || (0.0, 0, 0),
+                |p, q| {
+                    if q.0 > p.0 {
+                        (q.0, q.1, p.2 + q.2)
+                    } else {
+                        (p.0, p.1, p.2 + q.2)
+                    }
+                },
+            );
         println!(
             "exp2 {name}: {n} inputs in [-126, 1], max error {worst:.4} ulp at x = {} ({:#010x}); {:.1} s",
             f32::from_bits(wx),
@@ -207,7 +222,11 @@ pub fn main(gpu: &Gpu, cubin: &[u8]) -> R<bool> {
         println!(
             "exp2 degree {deg}: all 2^32 inputs, {CHUNKS} chunks of 2^24: GPU chunk sums == CPU chunk sums in {} of {CHUNKS} chunks{} (GPU {tg:.2} s, CPU {:.2} s)",
             CHUNKS - bad.len(),
-            if bad.is_empty() { String::new() } else { format!("; DIFFER in chunks {bad:x?}") },
+            if bad.is_empty() {
+                String::new()
+            } else {
+                format!("; DIFFER in chunks {bad:x?}")
+            },
             t0.elapsed().as_secs_f64() - tg
         );
         if deg == 5 {
@@ -216,7 +235,9 @@ pub fn main(gpu: &Gpu, cubin: &[u8]) -> R<bool> {
             let differ = (0..CHUNKS).filter(|&k| g[k] != pl[k]).count();
             // One ulp of the top coefficient moves p(r) by at most 2^-23 · C5 · r^5 ≈ 1e-11: only
             // some outputs change, so some chunks (first run: 25 of 256) must differ, not all.
-            println!("exp2 planted fault (last bit of C5 flipped on the CPU side): {differ} of {CHUNKS} chunks differ (must be > 0)");
+            println!(
+                "exp2 planted fault (last bit of C5 flipped on the CPU side): {differ} of {CHUNKS} chunks differ (must be > 0)"
+            );
             ok &= differ > 0;
         }
     }
@@ -226,7 +247,13 @@ pub fn main(gpu: &Gpu, cubin: &[u8]) -> R<bool> {
     let buf = gpu.alloc(n as usize * 4)?;
     for chunk in [0x00u32, 0x3f, 0x80, 0xbf, 0xc2, 0xc3, 0x7f, 0xff] {
         let (mut s, mut nn, mut p) = (chunk << 24, n, buf.ptr);
-        gpu.launch(f, (4096, 1, 1), 256, 0, &mut [arg(&mut s), arg(&mut nn), arg(&mut p)])?;
+        gpu.launch(
+            f,
+            (4096, 1, 1),
+            256,
+            0,
+            &mut [arg(&mut s), arg(&mut nn), arg(&mut p)],
+        )?;
         let mut g = vec![0u32; n as usize];
         gpu.download(&buf, &mut g)?;
         let (mut same, mut nan_both, mut differ) = (0u64, 0u64, 0u64);
@@ -247,21 +274,32 @@ pub fn main(gpu: &Gpu, cubin: &[u8]) -> R<bool> {
         ok &= differ == 0;
         println!(
             "exp2 chunk {chunk:#04x}xxxxxx element-wise: {same} identical bits, {nan_both} NaN on both (payloads differ), {differ} different{}",
-            first.map_or(String::new(), |(x, c, g)| format!(" (first: x={x:e} cpu={c:#010x} gpu={g:#010x})"))
+            first.map_or(String::new(), |(x, c, g)| format!(
+                " (first: x={x:e} cpu={c:#010x} gpu={g:#010x})"
+            ))
         );
     }
     // 2b. The CPU's SHA-256 over all outputs, on this machine's CPU: compare with the same
     //     digest computed on another machine (tcharness exp2-digest).
     let t0 = std::time::Instant::now();
     let (dg, _) = cpu_digest();
-    println!("exp2 (degree 5) CPU SHA-256 over all 2^32 outputs on this host: {dg} ({:.1} s)", t0.elapsed().as_secs_f64());
+    println!(
+        "exp2 (degree 5) CPU SHA-256 over all 2^32 outputs on this host: {dg} ({:.1} s)",
+        t0.elapsed().as_secs_f64()
+    );
     // 3. Against the hardware approximation ex2.approx.ftz.f32 over the kernel's domain [-126, 1].
     let st = gpu.alloc(4 * 8)?;
     gpu.fill(&st, 0)?;
     let f = m.func("exp2_vs_mufu", 0)?;
     for k in 0..16u32 {
         let (mut s, mut nn, mut p) = (k << 28, 1u32 << 28, st.ptr);
-        gpu.launch(f, (132 * 16, 1, 1), 256, 0, &mut [arg(&mut s), arg(&mut nn), arg(&mut p)])?;
+        gpu.launch(
+            f,
+            (132 * 16, 1, 1),
+            256,
+            0,
+            &mut [arg(&mut s), arg(&mut nn), arg(&mut p)],
+        )?;
     }
     let mut v = [0u64; 4];
     gpu.download(&st, &mut v)?;

@@ -30,11 +30,20 @@ pub fn open() -> R<Option<Gpu>> {
     }
     let ctx = CudaContext::new(0).map_err(drv("cuCtxCreate"))?;
     let name = ctx.name().map_err(drv("cuDeviceGetName"))?;
-    let cc = ctx.compute_capability().map_err(drv("compute capability"))?;
+    let cc = ctx
+        .compute_capability()
+        .map_err(drv("compute capability"))?;
     let mut v = 0i32;
     // SAFETY: initialised above; `v` is a valid out-pointer.
-    unsafe { sys::cuDriverGetVersion(&mut v) }.result().map_err(drv("cuDriverGetVersion"))?;
-    Ok(Some(Gpu { ctx, name, cc, driver: v }))
+    unsafe { sys::cuDriverGetVersion(&mut v) }
+        .result()
+        .map_err(drv("cuDriverGetVersion"))?;
+    Ok(Some(Gpu {
+        ctx,
+        name,
+        cc,
+        driver: v,
+    }))
 }
 
 pub struct Module {
@@ -76,10 +85,20 @@ impl Gpu {
         // 8-byte aligned copy of the ELF image.
         let mut image = vec![0u64; cubin.len().div_ceil(8)];
         // SAFETY: `image` holds at least cubin.len() bytes.
-        unsafe { std::ptr::copy_nonoverlapping(cubin.as_ptr(), image.as_mut_ptr().cast::<u8>(), cubin.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                cubin.as_ptr(),
+                image.as_mut_ptr().cast::<u8>(),
+                cubin.len(),
+            )
+        };
         // SAFETY: a complete cubin image; the driver copies what it needs.
-        let module = unsafe { result::module::load_data(image.as_ptr().cast::<c_void>()) }.map_err(drv("cuModuleLoadData"))?;
-        Ok(Module { ctx: self.ctx.clone(), module })
+        let module = unsafe { result::module::load_data(image.as_ptr().cast::<c_void>()) }
+            .map_err(drv("cuModuleLoadData"))?;
+        Ok(Module {
+            ctx: self.ctx.clone(),
+            module,
+        })
     }
 
     pub fn alloc(&self, bytes: usize) -> R<Buf> {
@@ -111,15 +130,23 @@ impl Gpu {
     }
 
     /// Launch and wait; `args` are pointers to the kernel's parameters in order.
-    pub fn launch(&self, f: Func, grid: (u32, u32, u32), block: u32, smem: u32, args: &mut [*mut c_void]) -> R<()> {
+    pub fn launch(
+        &self,
+        f: Func,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &mut [*mut c_void],
+    ) -> R<()> {
         self.bind()?;
         // SAFETY: the caller passes the kernel's exact parameter list (see each call site) with
         // every device address live and large enough for the launch's index range.
-        unsafe { result::launch_kernel(f.0, grid, (block, 1, 1), smem, std::ptr::null_mut(), args) }
-            .map_err(drv("cuLaunchKernel"))?;
+        unsafe {
+            result::launch_kernel(f.0, grid, (block, 1, 1), smem, std::ptr::null_mut(), args)
+        }
+        .map_err(drv("cuLaunchKernel"))?;
         result::ctx::synchronize().map_err(drv("kernel (synchronize)"))
     }
-
 }
 
 impl Module {
@@ -128,7 +155,8 @@ impl Module {
         self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
         let c = CString::new(name).expect("no NUL");
         // SAFETY: the module stays loaded while `self` lives (callers keep it alive).
-        let f = unsafe { result::module::get_function(self.module, c) }.map_err(|e| format!("{name}: {e:?}"))?;
+        let f = unsafe { result::module::get_function(self.module, c) }
+            .map_err(|e| format!("{name}: {e:?}"))?;
         if smem > 48 * 1024 {
             // SAFETY: valid function handle.
             unsafe {
@@ -148,7 +176,8 @@ impl Module {
         self.ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
         let c = CString::new(name).expect("no NUL");
         // SAFETY: module loaded.
-        let (ptr, bytes) = unsafe { result::module::get_global(self.module, c) }.map_err(|e| format!("{name}: {e:?}"))?;
+        let (ptr, bytes) = unsafe { result::module::get_global(self.module, c) }
+            .map_err(|e| format!("{name}: {e:?}"))?;
         if bytes != N * 4 {
             return Err(format!("{name}: {bytes} bytes, expected {}", N * 4));
         }

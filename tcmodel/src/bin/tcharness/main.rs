@@ -20,18 +20,33 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("{}", include_str!("main.rs").lines().skip(2).take(9).map(|l| l.trim_start_matches("//! ")).collect::<Vec<_>>().join("\n"));
+    eprintln!(
+        "{}",
+        include_str!("main.rs")
+            .lines()
+            .skip(2)
+            .take(9)
+            .map(|l| l.trim_start_matches("//! "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first().cloned() else { return usage() };
+    let Some(cmd) = args.first().cloned() else {
+        return usage();
+    };
     let get = |flag: &str| -> Option<String> {
-        args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1).cloned())
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
     };
     let has = |flag: &str| args.iter().any(|a| a == flag);
-    let cubin_path = get("--cubin").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("tcmodel/target/cubin/probe.sm_90a.cubin"));
+    let cubin_path = get("--cubin")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("tcmodel/target/cubin/probe.sm_90a.cubin"));
     let out = get("--out").map(PathBuf::from);
     let res = (|| -> Result<bool, String> {
         match cmd.as_str() {
@@ -42,25 +57,40 @@ fn main() -> ExitCode {
         let cpu_only = has("--cpu-only");
         let gpu = gpu::open()?;
         match &gpu {
-            Some(g) => println!("GPU 0: {} (sm_{}{}), driver {}", g.name, g.cc.0, g.cc.1, g.driver),
-            None if cpu_only => println!("no CUDA driver or GPU: --cpu-only, the model stands in for the hardware"),
+            Some(g) => println!(
+                "GPU 0: {} (sm_{}{}), driver {}",
+                g.name, g.cc.0, g.cc.1, g.driver
+            ),
+            None if cpu_only => {
+                println!("no CUDA driver or GPU: --cpu-only, the model stands in for the hardware")
+            }
             None => {
                 println!("SKIPPED {cmd}: no CUDA driver or GPU on this machine");
                 return Ok(true);
             }
         }
         let cubin = match (&gpu, cmd.as_str()) {
-            (Some(_), "mma" | "exp2") => Some(std::fs::read(&cubin_path).map_err(|e| format!("{}: {e}", cubin_path.display()))?),
+            (Some(_), "mma" | "exp2") => Some(
+                std::fs::read(&cubin_path).map_err(|e| format!("{}: {e}", cubin_path.display()))?,
+            ),
             _ => None,
         };
         match cmd.as_str() {
             "mma" => {
                 let o = mma_run::Opts {
-                    mma_log2: get("--mma-log2").map_or(Ok(16), |s| s.parse()).map_err(|e| format!("--mma-log2: {e}"))?,
-                    wgmma_log2: get("--wgmma-log2").map_or(Ok(14), |s| s.parse()).map_err(|e| format!("--wgmma-log2: {e}"))?,
-                    seed: get("--seed").map_or(Ok(14), |s| s.parse()).map_err(|e| format!("--seed: {e}"))?,
+                    mma_log2: get("--mma-log2")
+                        .map_or(Ok(16), |s| s.parse())
+                        .map_err(|e| format!("--mma-log2: {e}"))?,
+                    wgmma_log2: get("--wgmma-log2")
+                        .map_or(Ok(14), |s| s.parse())
+                        .map_err(|e| format!("--wgmma-log2: {e}"))?,
+                    seed: get("--seed")
+                        .map_or(Ok(14), |s| s.parse())
+                        .map_err(|e| format!("--seed: {e}"))?,
                     out: out.clone(),
-                    dump_cap: get("--dump-cap").map_or(Ok(120_000), |s| s.parse()).map_err(|e| format!("--dump-cap: {e}"))?,
+                    dump_cap: get("--dump-cap")
+                        .map_or(Ok(120_000), |s| s.parse())
+                        .map_err(|e| format!("--dump-cap: {e}"))?,
                     cpu_only,
                     plant: has("--plant"),
                     instrs: match get("--instr").as_deref() {

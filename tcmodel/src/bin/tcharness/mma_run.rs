@@ -27,10 +27,34 @@ pub struct Opts {
 /// only where they can differ).
 fn cheap_variants() -> Vec<(String, Params)> {
     let mut v = vec![
-        ("overflow->FLT_MAX".to_string(), Params { overflow_inf: false, ..H100 }),
-        ("exact zero: IEEE sign".to_string(), Params { zero_plus: false, ..H100 }),
-        ("underflow keeps its sign (-0)".to_string(), Params { underflow_signed: true, ..H100 }),
-        ("floor none".to_string(), Params { e_floor: i32::MIN, ..H100 }),
+        (
+            "overflow->FLT_MAX".to_string(),
+            Params {
+                overflow_inf: false,
+                ..H100
+            },
+        ),
+        (
+            "exact zero: IEEE sign".to_string(),
+            Params {
+                zero_plus: false,
+                ..H100
+            },
+        ),
+        (
+            "underflow keeps its sign (-0)".to_string(),
+            Params {
+                underflow_signed: true,
+                ..H100
+            },
+        ),
+        (
+            "floor none".to_string(),
+            Params {
+                e_floor: i32::MIN,
+                ..H100
+            },
+        ),
     ];
     for f in (-160..=-120).rev() {
         if f != H100.e_floor {
@@ -43,12 +67,45 @@ fn cheap_variants() -> Vec<(String, Params)> {
 /// Candidates evaluated on the first eighth of each class's tiles (full recomputation).
 fn subset_variants() -> Vec<(String, Params)> {
     vec![
-        ("24 fraction bits".into(), Params { frac_bits: 24, ..H100 }),
-        ("26 fraction bits".into(), Params { frac_bits: 26, ..H100 }),
-        ("27 fraction bits".into(), Params { frac_bits: 27, ..H100 }),
-        ("round to nearest".into(), Params { rounding: Rounding::Rne, ..H100 }),
-        ("normalised product exponent".into(), Params { normalized_exp: true, ..H100 }),
-        ("two blocks of 8 (A100-like)".into(), Params { block: 8, ..H100 }),
+        (
+            "24 fraction bits".into(),
+            Params {
+                frac_bits: 24,
+                ..H100
+            },
+        ),
+        (
+            "26 fraction bits".into(),
+            Params {
+                frac_bits: 26,
+                ..H100
+            },
+        ),
+        (
+            "27 fraction bits".into(),
+            Params {
+                frac_bits: 27,
+                ..H100
+            },
+        ),
+        (
+            "round to nearest".into(),
+            Params {
+                rounding: Rounding::Rne,
+                ..H100
+            },
+        ),
+        (
+            "normalised product exponent".into(),
+            Params {
+                normalized_exp: true,
+                ..H100
+            },
+        ),
+        (
+            "two blocks of 8 (A100-like)".into(),
+            Params { block: 8, ..H100 },
+        ),
     ]
 }
 
@@ -97,7 +154,12 @@ impl Rec {
         v
     }
     fn show(&self) -> String {
-        let hx = |v: &[u16]| v.iter().map(|x| format!("{x:04x}")).collect::<Vec<_>>().join(" ");
+        let hx = |v: &[u16]| {
+            v.iter()
+                .map(|x| format!("{x:04x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         format!(
             "      tile {} ({},{}): a=[{}] b=[{}] c={:08x} hw={:08x} model={:08x} ({} vs {})",
             self.tile,
@@ -194,7 +256,14 @@ struct Run {
     outs: Vec<Vec<u32>>,
 }
 
-fn generate(t: InType, instr: u32, class: Class, m: usize, tiles: usize, seed: u64) -> (Vec<u16>, Vec<u16>, Vec<u32>) {
+fn generate(
+    t: InType,
+    instr: u32,
+    class: Class,
+    m: usize,
+    tiles: usize,
+    seed: u64,
+) -> (Vec<u16>, Vec<u16>, Vec<u32>) {
     let mut a = vec![0u16; tiles * m * 16];
     let mut bt = vec![0u16; tiles * 128];
     let mut c = vec![0u32; tiles * m * 8];
@@ -202,14 +271,31 @@ fn generate(t: InType, instr: u32, class: Class, m: usize, tiles: usize, seed: u
         .zip(bt.par_chunks_mut(128))
         .zip(c.par_chunks_mut(m * 8))
         .enumerate()
-        .for_each(|(ti, ((a, b), c))| cases::tile(t, class, cases::tile_seed(seed, t, instr, class, ti as u64), m, a, b, c));
+        .for_each(|(ti, ((a, b), c))| {
+            cases::tile(
+                t,
+                class,
+                cases::tile_seed(seed, t, instr, class, ti as u64),
+                m,
+                a,
+                b,
+                c,
+            )
+        });
     (a, bt, c)
 }
 
 /// The model standing in for the hardware (`--cpu-only`); `--plant` makes that stand-in wrong
 /// (26 fraction bits) so that the comparison, the printing and the dump can be seen to fail.
 fn model_outputs(t: InType, m: usize, a: &[u16], bt: &[u16], c: &[u32], plant: bool) -> Vec<u32> {
-    let p = if plant { Params { frac_bits: 26, ..H100 } } else { H100 };
+    let p = if plant {
+        Params {
+            frac_bits: 26,
+            ..H100
+        }
+    } else {
+        H100
+    };
     let tiles = bt.len() / 128;
     let mut d = vec![0u32; c.len()];
     d.par_chunks_mut(m * 8).enumerate().for_each(|(ti, d)| {
@@ -225,11 +311,21 @@ fn model_outputs(t: InType, m: usize, a: &[u16], bt: &[u16], c: &[u32], plant: b
     d
 }
 
-fn run_gpu(gpu: &Gpu, module: &gpu::Module, t: InType, instr: u32, a: &[u16], bt: &[u16], c: &[u32]) -> R<Vec<Vec<u32>>> {
+fn run_gpu(
+    gpu: &Gpu,
+    module: &gpu::Module,
+    t: InType,
+    instr: u32,
+    a: &[u16],
+    bt: &[u16],
+    c: &[u32],
+) -> R<Vec<Vec<u32>>> {
     let tiles = bt.len() / 128;
     let (da, db, dc) = (gpu.upload(a)?, gpu.upload(bt)?, gpu.upload(c)?);
     let nout = if instr == 0 { 1 } else { 3 };
-    let outs: Vec<gpu::Buf> = (0..nout).map(|_| gpu.alloc(c.len() * 4)).collect::<R<_>>()?;
+    let outs: Vec<gpu::Buf> = (0..nout)
+        .map(|_| gpu.alloc(c.len() * 4))
+        .collect::<R<_>>()?;
     for o in &outs {
         // Poison: 0xFFFFFFFF is a NaN the tensor cores never write (theirs is 0x7FFFFFFF), so an
         // element the kernel failed to write shows up as a mismatch.
@@ -248,12 +344,26 @@ fn run_gpu(gpu: &Gpu, module: &gpu::Module, t: InType, instr: u32, a: &[u16], bt
     if instr == 0 {
         // 4 warps per block, one tile per warp per iteration.
         let grid = (tiles as u32).div_ceil(4).min(8192);
-        let mut args = [arg(&mut pa), arg(&mut pb), arg(&mut pc), arg(&mut pd[0]), arg(&mut nt)];
+        let mut args = [
+            arg(&mut pa),
+            arg(&mut pb),
+            arg(&mut pc),
+            arg(&mut pd[0]),
+            arg(&mut nt),
+        ];
         gpu.launch(f, (grid, 1, 1), 128, 0, &mut args)?;
     } else {
         let grid = (tiles as u32).min(132 * 8);
         let (mut d0, mut d1, mut d2) = (pd[0], pd[1], pd[2]);
-        let mut args = [arg(&mut pa), arg(&mut pb), arg(&mut pc), arg(&mut d0), arg(&mut d1), arg(&mut d2), arg(&mut nt)];
+        let mut args = [
+            arg(&mut pa),
+            arg(&mut pb),
+            arg(&mut pc),
+            arg(&mut d0),
+            arg(&mut d1),
+            arg(&mut d2),
+            arg(&mut nt),
+        ];
         gpu.launch(f, (grid, 1, 1), 128, 0, &mut args)?;
         pd.clear();
     }
@@ -312,13 +422,15 @@ fn compare(run: &Run, cheap: &[(String, Params)], sub: &[(String, Params)], cap:
                             }
                         }
                         if run.outs.len() == 3 {
-                            let (rs, ss, mm) = (run.outs[0][idx], run.outs[1][idx], run.outs[2][idx]);
+                            let (rs, ss, mm) =
+                                (run.outs[0][idx], run.outs[1][idx], run.outs[2][idx]);
                             s.hwhw[0] += (rs != mm) as u64;
                             s.hwhw[1] += (ss != mm) as u64;
                             s.hwhw[2] += (rs != ss) as u64;
                         }
                         for (v, (_, p)) in cheap.iter().enumerate() {
-                            s.cheap[v] += (variant_result(t, ar, bc, c, raw, p).unwrap_or(model) != hw0) as u64;
+                            s.cheap[v] += (variant_result(t, ar, bc, c, raw, p).unwrap_or(model)
+                                != hw0) as u64;
                         }
                         if ti < sub_tiles {
                             s.subset_n += 1;
@@ -331,7 +443,10 @@ fn compare(run: &Run, cheap: &[(String, Params)], sub: &[(String, Params)], cap:
                 s
             },
         )
-        .reduce(|| Stats::new(run.outs.len(), npos, cheap.len(), sub.len()), |x, y| x.merge(y, cap))
+        .reduce(
+            || Stats::new(run.outs.len(), npos, cheap.len(), sub.len()),
+            |x, y| x.merge(y, cap),
+        )
 }
 
 pub fn main(gpu: Option<&Gpu>, cubin: Option<&[u8]>, o: &Opts) -> R<bool> {
@@ -349,10 +464,23 @@ pub fn main(gpu: Option<&Gpu>, cubin: Option<&[u8]>, o: &Opts) -> R<bool> {
     for instr in o.instrs.iter().copied() {
         for t in [InType::F16, InType::Bf16] {
             let mut dump: Vec<u8> = Vec::new();
-            let (m, log2) = if instr == 0 { (16, o.mma_log2) } else { (64, o.wgmma_log2) };
+            let (m, log2) = if instr == 0 {
+                (16, o.mma_log2)
+            } else {
+                (64, o.wgmma_log2)
+            };
             let tiles = 1usize << log2;
-            let iname = if instr == 0 { "mma.sync.m16n8k16" } else { "wgmma.m64n8k16" };
-            let mut tot = Stats::new(if instr == 0 { 1 } else { 3 }, m / 16 * 128, cheap.len(), sub.len());
+            let iname = if instr == 0 {
+                "mma.sync.m16n8k16"
+            } else {
+                "wgmma.m64n8k16"
+            };
+            let mut tot = Stats::new(
+                if instr == 0 { 1 } else { 3 },
+                m / 16 * 128,
+                cheap.len(),
+                sub.len(),
+            );
             let t0 = std::time::Instant::now();
             for class in CLASSES {
                 let (a, bt, c) = generate(t, instr, class, m, tiles, o.seed);
@@ -360,10 +488,24 @@ pub fn main(gpu: Option<&Gpu>, cubin: Option<&[u8]>, o: &Opts) -> R<bool> {
                     (Some(g), Some(md)) => run_gpu(g, md, t, instr, &a, &bt, &c)?,
                     _ => {
                         let d = model_outputs(t, m, &a, &bt, &c, o.plant);
-                        if instr == 0 { vec![d] } else { vec![d.clone(), d.clone(), d] }
+                        if instr == 0 {
+                            vec![d]
+                        } else {
+                            vec![d.clone(), d.clone(), d]
+                        }
                     }
                 };
-                let run = Run { t, instr, class, m, tiles, a, bt, c, outs };
+                let run = Run {
+                    t,
+                    instr,
+                    class,
+                    m,
+                    tiles,
+                    a,
+                    bt,
+                    c,
+                    outs,
+                };
                 let per_class_cap = o.dump_cap / (2 * CLASSES.len());
                 let s = compare(&run, &cheap, &sub, per_class_cap);
                 let k = s.kinds;
@@ -374,8 +516,17 @@ pub fn main(gpu: Option<&Gpu>, cubin: Option<&[u8]>, o: &Opts) -> R<bool> {
                     class.name(),
                     s.n,
                     mism,
-                    if instr == 1 { format!(" (rs {} ss {} mma {})", s.mism[0], s.mism[1], s.mism[2]) } else { String::new() },
-                    k[0], k[1], k[2], k[3], k[4], k[5]
+                    if instr == 1 {
+                        format!(" (rs {} ss {} mma {})", s.mism[0], s.mism[1], s.mism[2])
+                    } else {
+                        String::new()
+                    },
+                    k[0],
+                    k[1],
+                    k[2],
+                    k[3],
+                    k[4],
+                    k[5]
                 );
                 for r in s.recs.iter().take(3) {
                     println!("{}", r.show());
@@ -397,7 +548,15 @@ pub fn main(gpu: Option<&Gpu>, cubin: Option<&[u8]>, o: &Opts) -> R<bool> {
                 CLASSES.len(),
                 mism,
                 if instr == 1 {
-                    format!("A-in-registers {}, A-in-shared {}, mma.sync on the same data {}; hw vs hw: rs!=mma {} ss!=mma {} rs!=ss {}", tot.mism[0], tot.mism[1], tot.mism[2], tot.hwhw[0], tot.hwhw[1], tot.hwhw[2])
+                    format!(
+                        "A-in-registers {}, A-in-shared {}, mma.sync on the same data {}; hw vs hw: rs!=mma {} ss!=mma {} rs!=ss {}",
+                        tot.mism[0],
+                        tot.mism[1],
+                        tot.mism[2],
+                        tot.hwhw[0],
+                        tot.hwhw[1],
+                        tot.hwhw[2]
+                    )
                 } else {
                     "mma.sync".into()
                 },
@@ -428,23 +587,49 @@ pub fn main(gpu: Option<&Gpu>, cubin: Option<&[u8]>, o: &Opts) -> R<bool> {
                 fl.iter().find(|x| x.0 == "floor none").map_or(0, |x| x.1),
                 fl.iter().find(|x| x.0 == "floor -126").map_or(0, |x| x.1),
                 {
-                    let b: Vec<&str> = fl.iter().filter(|x| x.1 == best).map(|x| x.0.trim_start_matches("floor ")).collect();
-                    if b.len() > 6 { format!("{} floors incl. {}", b.len(), b[..3].join(",")) } else { b.join(",") }
+                    let b: Vec<&str> = fl
+                        .iter()
+                        .filter(|x| x.1 == best)
+                        .map(|x| x.0.trim_start_matches("floor "))
+                        .collect();
+                    if b.len() > 6 {
+                        format!("{} floors incl. {}", b.len(), b[..3].join(","))
+                    } else {
+                        b.join(",")
+                    }
                 },
                 best
             );
-            let _ = writeln!(summary, "   alternatives, mismatches over all {} cases: {alt}", tot.n);
+            let _ = writeln!(
+                summary,
+                "   alternatives, mismatches over all {} cases: {alt}",
+                tot.n
+            );
             let mut sb = String::new();
             for ((name, _), x) in sub.iter().zip(&tot.subset) {
                 let _ = write!(sb, "{name}: {x}; ");
             }
-            let _ = writeln!(summary, "   alternatives on the first 1/8 of each class ({} cases): {sb}", tot.subset_n);
+            let _ = writeln!(
+                summary,
+                "   alternatives on the first 1/8 of each class ({} cases): {sb}",
+                tot.subset_n
+            );
             if let Some(dir) = &o.out
                 && !dump.is_empty()
             {
-                let p = dir.join(format!("mismatch_{}_{}.bin", t.name(), if instr == 0 { "mma" } else { "wgmma" }));
-                std::fs::File::create(&p).and_then(|mut f| f.write_all(&dump)).map_err(|e| format!("{}: {e}", p.display()))?;
-                println!("wrote {} mismatch records to {}", dump.len() / 88, p.display());
+                let p = dir.join(format!(
+                    "mismatch_{}_{}.bin",
+                    t.name(),
+                    if instr == 0 { "mma" } else { "wgmma" }
+                ));
+                std::fs::File::create(&p)
+                    .and_then(|mut f| f.write_all(&dump))
+                    .map_err(|e| format!("{}: {e}", p.display()))?;
+                println!(
+                    "wrote {} mismatch records to {}",
+                    dump.len() / 88,
+                    p.display()
+                );
             }
         }
     }

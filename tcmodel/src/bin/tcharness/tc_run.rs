@@ -27,13 +27,67 @@ struct Prob {
 
 fn problems() -> Vec<Prob> {
     vec![
-        Prob { t: InType::Bf16, d: 128, h: 1, sq: 1024, skv: 1024, causal: true, amp: 0, seed: 1 },
-        Prob { t: InType::Bf16, d: 128, h: 2, sq: 300, skv: 700, causal: false, amp: 0, seed: 2 },
-        Prob { t: InType::F16, d: 64, h: 2, sq: 333, skv: 333, causal: true, amp: 0, seed: 3 },
-        Prob { t: InType::F16, d: 128, h: 1, sq: 512, skv: 512, causal: false, amp: 0, seed: 4 },
+        Prob {
+            t: InType::Bf16,
+            d: 128,
+            h: 1,
+            sq: 1024,
+            skv: 1024,
+            causal: true,
+            amp: 0,
+            seed: 1,
+        },
+        Prob {
+            t: InType::Bf16,
+            d: 128,
+            h: 2,
+            sq: 300,
+            skv: 700,
+            causal: false,
+            amp: 0,
+            seed: 2,
+        },
+        Prob {
+            t: InType::F16,
+            d: 64,
+            h: 2,
+            sq: 333,
+            skv: 333,
+            causal: true,
+            amp: 0,
+            seed: 3,
+        },
+        Prob {
+            t: InType::F16,
+            d: 128,
+            h: 1,
+            sq: 512,
+            skv: 512,
+            causal: false,
+            amp: 0,
+            seed: 4,
+        },
         // Large magnitudes: step 0 (bf16 row scaling) and the scale cap at work.
-        Prob { t: InType::Bf16, d: 128, h: 1, sq: 256, skv: 256, causal: true, amp: 40, seed: 5 },
-        Prob { t: InType::Bf16, d: 256, h: 1, sq: 200, skv: 200, causal: true, amp: 0, seed: 6 },
+        Prob {
+            t: InType::Bf16,
+            d: 128,
+            h: 1,
+            sq: 256,
+            skv: 256,
+            causal: true,
+            amp: 40,
+            seed: 5,
+        },
+        Prob {
+            t: InType::Bf16,
+            d: 256,
+            h: 1,
+            sq: 200,
+            skv: 200,
+            causal: true,
+            amp: 0,
+            seed: 6,
+        },
     ]
 }
 
@@ -47,7 +101,11 @@ fn rne(x: f64, p: i32, emin: i32, emax: i32) -> f64 {
     let e = ((a.to_bits() >> 52) as i32 - 1023).max(emin);
     let q = 2f64.powi(e - (p - 1));
     let r = (a / q).round_ties_even() * q;
-    let r = if r >= 2f64.powi(emax + 1) { f64::INFINITY } else { r };
+    let r = if r >= 2f64.powi(emax + 1) {
+        f64::INFINITY
+    } else {
+        r
+    };
     r.copysign(x)
 }
 
@@ -108,9 +166,18 @@ fn reference(p: &Prob, q: &[u16], k: &[u16], v: &[u16]) -> Vec<f64> {
         .flat_map_iter(|row| {
             let (h, i) = (row / sq, row % sq);
             let qr: Vec<f64> = (0..d).map(|x| value(p.t, q[row * d + x])).collect();
-            let lim = if p.causal { (i + skv + 1).saturating_sub(sq).min(skv) } else { skv };
+            let lim = if p.causal {
+                (i + skv + 1).saturating_sub(sq).min(skv)
+            } else {
+                skv
+            };
             let s: Vec<f64> = (0..lim)
-                .map(|j| (0..d).map(|x| qr[x] * value(p.t, k[(h * skv + j) * d + x])).sum::<f64>() * sc)
+                .map(|j| {
+                    (0..d)
+                        .map(|x| qr[x] * value(p.t, k[(h * skv + j) * d + x]))
+                        .sum::<f64>()
+                        * sc
+                })
                 .collect();
             let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
@@ -120,7 +187,10 @@ fn reference(p: &Prob, q: &[u16], k: &[u16], v: &[u16]) -> Vec<f64> {
                     if lim == 0 {
                         0.0
                     } else {
-                        (0..lim).map(|j| w[j] * value(p.t, v[(h * skv + j) * d + x])).sum::<f64>() / l
+                        (0..lim)
+                            .map(|j| w[j] * value(p.t, v[(h * skv + j) * d + x]))
+                            .sum::<f64>()
+                            / l
                     }
                 })
                 .collect::<Vec<_>>()
@@ -135,17 +205,35 @@ struct Cfg {
     bn: usize,
 }
 
-fn run_kernel(g: &Gpu, m: &gpu::Module, p: &Prob, q: &[u16], k: &[u16], v: &[u16]) -> R<(Vec<u16>, Cfg)> {
+fn run_kernel(
+    g: &Gpu,
+    m: &gpu::Module,
+    p: &Prob,
+    q: &[u16],
+    k: &[u16],
+    v: &[u16],
+) -> R<(Vec<u16>, Cfg)> {
     let c = m.constant_i32::<4>(&format!("tc_cfg_d{}", p.d))?;
-    let cfg = Cfg { bm: c[0] as usize, threads: c[1] as u32, smem: c[2] as u32, bn: c[3] as usize };
-    let name = format!("tc_fwd_{}_d{}{}", p.t.name(), p.d, if p.causal { "_causal" } else { "" });
+    let cfg = Cfg {
+        bm: c[0] as usize,
+        threads: c[1] as u32,
+        smem: c[2] as u32,
+        bn: c[3] as usize,
+    };
+    let name = format!(
+        "tc_fwd_{}_d{}{}",
+        p.t.name(),
+        p.d,
+        if p.causal { "_causal" } else { "" }
+    );
     let f = m.func(&name, cfg.smem)?;
     let (dq, dk, dv) = (g.upload(q)?, g.upload(k)?, g.upload(v)?);
     let o = g.alloc(q.len() * 2)?;
     g.fill(&o, 0xff)?; // poison: every element must be written
     let (mut pq, mut pk, mut pv, mut po) = (dq.ptr, dk.ptr, dv.ptr, o.ptr);
     let mut kvl: u64 = 0;
-    let (mut b, mut hq, mut hkv, mut sq, mut skv) = (1i32, p.h as i32, p.h as i32, p.sq as i32, p.skv as i32);
+    let (mut b, mut hq, mut hkv, mut sq, mut skv) =
+        (1i32, p.h as i32, p.h as i32, p.sq as i32, p.skv as i32);
     let mut sc = scale(p);
     let mut mask: u64 = 0;
     let (mut msb, mut msh, mut msq) = (0i64, 0i64, 0i64);
@@ -203,10 +291,22 @@ fn scale_row(t: InType, row: &[u16], sl2: f32) -> (Vec<u16>, f32) {
 
 /// One output row of the v2 kernel: query row `i` of head `h`.
 #[allow(clippy::too_many_arguments)]
-fn emulate_row(p: &Prob, cfg: &Cfg, q: &[u16], k: &[u16], v: &[u16], h: usize, i: usize) -> Vec<u16> {
+fn emulate_row(
+    p: &Prob,
+    cfg: &Cfg,
+    q: &[u16],
+    k: &[u16],
+    v: &[u16],
+    h: usize,
+    i: usize,
+) -> Vec<u16> {
     let (t, d, sq, skv, bn) = (p.t, p.d, p.sq, p.skv, cfg.bn);
     let bias: f32 = if t == InType::Bf16 { -26.0 } else { 0.0 };
-    let maxt: f32 = if t == InType::Bf16 { f32::from_bits(0x7f7f_0000) } else { 65504.0 };
+    let maxt: f32 = if t == InType::Bf16 {
+        f32::from_bits(0x7f7f_0000)
+    } else {
+        65504.0
+    };
     // The kernel's literal 1.4426950408889634f (0x3FB8AA3B).
     let sl2 = (scale(p) * f32::from_bits(0x3fb8_aa3b)).min(f32::MAX);
     let (qr, sl2r) = scale_row(t, &q[(h * sq + i) * d..][..d], sl2);
@@ -219,7 +319,11 @@ fn emulate_row(p: &Prob, cfg: &Cfg, q: &[u16], k: &[u16], v: &[u16], h: usize, i
     } else {
         l_len as i64
     };
-    let ntiles = if kv_end > 0 { (kv_end as usize).div_ceil(bn) } else { 0 };
+    let ntiles = if kv_end > 0 {
+        (kv_end as usize).div_ceil(bn)
+    } else {
+        0
+    };
     let krow = |j: usize| -> &[u16] { &k[(h * skv + j) * d..][..d] };
     let zero_row = vec![0u16; d];
     let mut m = f32::NEG_INFINITY;
@@ -232,16 +336,26 @@ fn emulate_row(p: &Prob, cfg: &Cfg, q: &[u16], k: &[u16], v: &[u16], h: usize, i
         let mut s: Vec<f32> = (0..bn)
             .map(|c| {
                 let col = kbase + c;
-                let kr = if col < l_len { krow(col) } else { &zero_row[..] };
+                let kr = if col < l_len {
+                    krow(col)
+                } else {
+                    &zero_row[..]
+                };
                 let mut acc = 0u32;
                 for kk in 0..d / 16 {
-                    acc = mma::mma_elem(t, &qr[16 * kk..16 * kk + 16], &kr[16 * kk..16 * kk + 16], acc, &H100);
+                    acc = mma::mma_elem(
+                        t,
+                        &qr[16 * kk..16 * kk + 16],
+                        &kr[16 * kk..16 * kk + 16],
+                        acc,
+                        &H100,
+                    );
                 }
                 f32::from_bits(acc)
             })
             .collect();
-        let need_mask =
-            kbase + bn > l_len || (p.causal && (kbase + bn - 1) as i64 > q0 as i64 + l_len as i64 - sq as i64);
+        let need_mask = kbase + bn > l_len
+            || (p.causal && (kbase + bn - 1) as i64 > q0 as i64 + l_len as i64 - sq as i64);
         if need_mask {
             for (c, x) in s.iter_mut().enumerate() {
                 let col = kbase + c;
@@ -286,7 +400,11 @@ fn emulate_row(p: &Prob, cfg: &Cfg, q: &[u16], k: &[u16], v: &[u16], h: usize, i
                 let mut vc = [0u16; 16];
                 for (r, vv) in vc.iter_mut().enumerate() {
                     let key = kbase + 16 * kk + r;
-                    *vv = if key < l_len { v[(h * skv + key) * d + x] } else { 0 };
+                    *vv = if key < l_len {
+                        v[(h * skv + key) * d + x]
+                    } else {
+                        0
+                    };
                 }
                 acc = mma::mma_elem(t, &pt[16 * kk..16 * kk + 16], &vc, acc, &H100);
             }
@@ -312,10 +430,20 @@ fn emulate_row(p: &Prob, cfg: &Cfg, q: &[u16], k: &[u16], v: &[u16], h: usize, i
 fn load_dir(g: &Gpu, dir: &Path) -> R<(gpu::Module, String)> {
     let file = dir.join("tensorcore.sm_90.cubin");
     let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).map_err(|e| format!("{}/SHA256SUMS: {e}", dir.display()))?;
-    let hash: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
-    if !sums.lines().any(|l| l.starts_with(&hash) && l.ends_with("tensorcore.sm_90.cubin")) {
-        return Err(format!("{}: SHA-256 {hash} is not in its SHA256SUMS", file.display()));
+    let sums = std::fs::read_to_string(dir.join("SHA256SUMS"))
+        .map_err(|e| format!("{}/SHA256SUMS: {e}", dir.display()))?;
+    let hash: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if !sums
+        .lines()
+        .any(|l| l.starts_with(&hash) && l.ends_with("tensorcore.sm_90.cubin"))
+    {
+        return Err(format!(
+            "{}: SHA-256 {hash} is not in its SHA256SUMS",
+            file.display()
+        ));
     }
     Ok((g.load(&bytes)?, hash))
 }
@@ -334,20 +462,37 @@ fn rel_l2(out: &[u16], t: InType, r: &[f64]) -> (f64, usize) {
     ((num / den.max(1e-300)).sqrt(), bad)
 }
 
-pub fn main(gpu: Option<&Gpu>, base: &Path, variants: &[(String, PathBuf)], cpu_only: bool) -> R<bool> {
+pub fn main(
+    gpu: Option<&Gpu>,
+    base: &Path,
+    variants: &[(String, PathBuf)],
+    cpu_only: bool,
+) -> R<bool> {
     let mut ok = true;
     if cpu_only || gpu.is_none() {
         // Exercise the emulation here (no GPU): every problem's first rows, and timing.
         for p in problems() {
             let (q, k, v) = gen_inputs(&p);
-            let cfg = Cfg { bm: if p.d == 256 { 64 } else { 128 }, threads: 128, smem: 0, bn: if p.d == 256 { 32 } else { 64 } };
+            let cfg = Cfg {
+                bm: if p.d == 256 { 64 } else { 128 },
+                threads: 128,
+                smem: 0,
+                bn: if p.d == 256 { 32 } else { 64 },
+            };
             let t0 = std::time::Instant::now();
             let rows = 16.min(p.sq);
-            let emu: Vec<u16> = (p.sq - rows..p.sq).into_par_iter().flat_map_iter(|i| emulate_row(&p, &cfg, &q, &k, &v, 0, i)).collect();
+            let emu: Vec<u16> = (p.sq - rows..p.sq)
+                .into_par_iter()
+                .flat_map_iter(|i| emulate_row(&p, &cfg, &q, &k, &v, 0, i))
+                .collect();
             let r = reference(&Prob { h: 1, ..p }, &q, &k, &v);
             let rr = &r[(p.sq - rows) * p.d..p.sq * p.d];
             let (e, bad) = rel_l2(&emu, p.t, rr);
-            println!("{:?}: emulated the last {rows} rows in {:.2} s: rel L2 vs f64 {e:.2e}, non-finite {bad}", p, t0.elapsed().as_secs_f64());
+            println!(
+                "{:?}: emulated the last {rows} rows in {:.2} s: rel L2 vs f64 {e:.2e}, non-finite {bad}",
+                p,
+                t0.elapsed().as_secs_f64()
+            );
             ok &= bad == 0 && e < 1e-2;
         }
         return Ok(ok);
@@ -359,7 +504,15 @@ pub fn main(gpu: Option<&Gpu>, base: &Path, variants: &[(String, PathBuf)], cpu_
         let (m, h) = load_dir(g, dir)?;
         mods.push((n.clone(), m, h));
     }
-    println!("tc: baseline {} ({}); variants {}", base.display(), &hbase[..16], mods.iter().map(|(n, _, h)| format!("{n} ({})", &h[..16])).collect::<Vec<_>>().join(", "));
+    println!(
+        "tc: baseline {} ({}); variants {}",
+        base.display(),
+        &hbase[..16],
+        mods.iter()
+            .map(|(n, _, h)| format!("{n} ({})", &h[..16]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     for p in problems() {
         let (q, k, v) = gen_inputs(&p);
         let r = reference(&p, &q, &k, &v);
@@ -383,7 +536,11 @@ pub fn main(gpu: Option<&Gpu>, base: &Path, variants: &[(String, PathBuf)], cpu_
             let (ev, bv) = rel_l2(&ov, p.t, &r);
             let (ov2, _) = run_kernel(g, m, &p, &q, &k, &v)?;
             let same = ov.iter().zip(&ob).filter(|(a, b)| a == b).count();
-            let maxd = ov.iter().zip(&ob).map(|(&a, &b)| (value(p.t, a) - value(p.t, b)).abs()).fold(0.0, f64::max);
+            let maxd = ov
+                .iter()
+                .zip(&ob)
+                .map(|(&a, &b)| (value(p.t, a) - value(p.t, b)).abs())
+                .fold(0.0, f64::max);
             let mut line = format!(
                 "    {n}: rel L2 {ev:.3e}, non-finite {bv}, run-to-run {}, {:.1}% of outputs bit-equal to baseline, max |diff| {maxd:.2e}",
                 if ov == ov2 { "identical" } else { "DIFFERENT" },

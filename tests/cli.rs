@@ -514,4 +514,15 @@ fn info_json_names_the_backends() {
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
     assert!(v["cpu"]["threads"].as_u64().is_some_and(|t| t >= 1));
     assert!(v["cuda"]["compiled"].is_boolean());
+    // The CLI says whether it can load other cubins, in JSON and in words.
+    let capable = cfg!(feature = "test-override");
+    assert_eq!(v["override_capable"], capable);
+    let o = detattn(&["info"]);
+    let text = stdout(&o);
+    assert_eq!(text.contains("TEST BUILD"), capable, "{text}");
+    assert_eq!(
+        text.contains("embedded and verified only (no test override in this build)"),
+        !capable,
+        "{text}"
+    );
 }

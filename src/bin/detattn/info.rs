@@ -36,6 +36,14 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
         "  numerics       contract v{} (docs/numerics.md: the exact path's bits)",
         detattn::CONTRACT_VERSION
     );
+    outln!(
+        "  cubins         {}",
+        if crate::override_capable() {
+            "TEST BUILD: DETATTN_TEST_CUBIN_DIR can replace the embedded cubins"
+        } else {
+            "embedded and verified only (no test override in this build)"
+        }
+    );
     outln!("cpu");
     outln!("  model          {}", cpu["model"].as_str().unwrap_or("?"));
     outln!("  threads        {} (rayon pool)", cpu["threads"]);

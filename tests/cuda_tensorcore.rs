@@ -844,18 +844,6 @@ fn extreme_rows<T: Element>(rng: &mut SplitMix64, rows: usize, d: usize, modes: 
     out
 }
 
-/// Whether row `(b, h, i)` of `p` sees at least one key (by length, causality and the mask).
-fn sees_a_key(p: &Problem, mask: Option<&[bool]>, b: usize, h: usize, i: usize) -> bool {
-    let lim = p.key_limit(b, i);
-    match mask {
-        Some(m) => {
-            let o = p.mask_row_offset(b, h, i);
-            m[o..o + lim].iter().any(|&x| x)
-        }
-        None => lim > 0,
-    }
-}
-
 /// A random problem for the extreme and Propagate properties: D 64/128/256, GQA/MQA, small Sq
 /// (decode kernel) or larger (prefill), causal, kv_lens incl. 0, every mask layout.
 fn random_problem(rng: &mut SplitMix64, scale_extreme: bool) -> Problem {
@@ -930,7 +918,7 @@ fn extreme_one<T: Element>(e: &Engine, rng: &mut SplitMix64, i: usize) {
                     "extreme {i} ({} {p:?}): row ({b}, {h}, {r}) not finite",
                     tname::<T>()
                 );
-                if !sees_a_key(&p, x.mask.as_deref(), b, h, r) {
+                if !extremes_common::sees_a_key(&p, x.mask.as_deref(), b, h, r) {
                     assert!(
                         row.iter().all(|v| v.to_bits_u32() == 0),
                         "extreme {i} ({} {p:?}): row ({b}, {h}, {r}) sees no key but is not +0",

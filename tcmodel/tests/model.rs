@@ -221,37 +221,11 @@ fn floor_of_the_alignment_exponent() {
         a[k] = bf(false, -80, 0b000_1100); // 1.09375 · 2^-80
         b[k] = bf(false, -79, 0);
     }
-    let none = Params {
-        e_floor: i32::MIN,
-        ..H100
-    };
+    let floor = |e_floor| Params { e_floor, ..H100 };
+    let none = floor(i32::MIN);
     assert_eq!(run(InType::Bf16, &a, &b, 0.0, &none), 1);
-    assert_eq!(
-        run(
-            InType::Bf16,
-            &a,
-            &b,
-            0.0,
-            &Params {
-                e_floor: -133,
-                ..H100
-            }
-        ),
-        0
-    );
-    assert_eq!(
-        run(
-            InType::Bf16,
-            &a,
-            &b,
-            0.0,
-            &Params {
-                e_floor: -126,
-                ..H100
-            }
-        ),
-        0
-    );
+    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &floor(-133)), 0);
+    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &floor(-126)), 0);
     // A case that separates −133 from −126: eight products 2^-156 and one 1.875 · 2^-150
     // (= 15 · 2^-153): exact sum 16 · 2^-153 = 2^-149. Floor −133: unit 2^-158, all kept -> 1.
     // Floor −126: unit 2^-151: 2^-156 -> 0, 15·2^-153 = 3.75 units -> 3 -> 0.75 · 2^-149 -> 0.
@@ -263,32 +237,8 @@ fn floor_of_the_alignment_exponent() {
     }
     a[8] = bf(false, -75, 0b111_0000); // 1.875
     b[8] = bf(false, -75, 0);
-    assert_eq!(
-        run(
-            InType::Bf16,
-            &a,
-            &b,
-            0.0,
-            &Params {
-                e_floor: -133,
-                ..H100
-            }
-        ),
-        1
-    );
-    assert_eq!(
-        run(
-            InType::Bf16,
-            &a,
-            &b,
-            0.0,
-            &Params {
-                e_floor: -126,
-                ..H100
-            }
-        ),
-        0
-    );
+    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &floor(-133)), 1);
+    assert_eq!(run(InType::Bf16, &a, &b, 0.0, &floor(-126)), 0);
     assert_eq!(run(InType::Bf16, &a, &b, 0.0, &none), 1);
 }
 

@@ -29,6 +29,15 @@ pub fn loud(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// `out` as the contiguous `[B, Hq, Sq, D]` output of `p`.
+fn bhsd_out<'a, T: detattn::Element + detattn::cuda::DeviceRepr>(
+    p: &detattn::Problem,
+    out: &'a mut detattn::cuda::CudaSlice<T>,
+) -> detattn::cuda::DeviceTensorMut<'a, T> {
+    let s = p.shape();
+    detattn::cuda::DeviceTensorMut::new(out, detattn::Layout::bhsd(s.q_heads, s.q_len, s.head_dim))
+}
+
 /// The device entry point on contiguous `[B, H, S, D]` buffers (the tests' common case).
 #[allow(clippy::too_many_arguments)]
 pub fn dev_run<T: detattn::Element + detattn::cuda::DeviceRepr>(
@@ -42,13 +51,8 @@ pub fn dev_run<T: detattn::Element + detattn::cuda::DeviceRepr>(
     mask: Option<&detattn::cuda::CudaSlice<u8>>,
     out: &mut detattn::cuda::CudaSlice<T>,
 ) -> detattn::Result<()> {
-    let s = p.shape();
     let x = detattn::cuda::DeviceQkv::bhsd(p, q, k, v, mask);
-    let o = detattn::cuda::DeviceTensorMut::new(
-        out,
-        detattn::Layout::bhsd(s.q_heads, s.q_len, s.head_dim),
-    );
-    cb.run_device(path, stream, p, &x, o)
+    cb.run_device(path, stream, p, &x, bhsd_out(p, out))
 }
 
 /// The timed launch on contiguous buffers.
@@ -64,13 +68,8 @@ pub fn dev_time<T: detattn::Element + detattn::cuda::DeviceRepr>(
     mask: Option<&detattn::cuda::CudaSlice<u8>>,
     out: &mut detattn::cuda::CudaSlice<T>,
 ) -> detattn::Result<f32> {
-    let s = p.shape();
     let x = detattn::cuda::DeviceQkv::bhsd(p, q, k, v, mask);
-    let o = detattn::cuda::DeviceTensorMut::new(
-        out,
-        detattn::Layout::bhsd(s.q_heads, s.q_len, s.head_dim),
-    );
-    cb.time_launch(path, stream, p, &x, o)
+    cb.time_launch(path, stream, p, &x, bhsd_out(p, out))
 }
 
 /// Bench options with these counts (seed, warm-up, iterations, input sets, calls per sample).

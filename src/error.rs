@@ -250,5 +250,38 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether the caller can fix this by asking differently: a shape, option, layout, dtype,
+    /// path, device or input value the call does not accept (`false`: the machine — driver, GPU,
+    /// memory, kernel binaries, threads). Front ends (the CLI, the Python package) sort errors
+    /// by it; every variant is named here, so a new one must be sorted too.
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            Error::DimensionOutOfRange { .. }
+            | Error::HeadsNotDivisible { .. }
+            | Error::InvalidScale { .. }
+            | Error::KvLensCount { .. }
+            | Error::KvLenOutOfRange { .. }
+            | Error::SizeOverflow { .. }
+            | Error::TensorLength { .. }
+            | Error::TensorExtent { .. }
+            | Error::OutputOverlap { .. }
+            | Error::Misaligned { .. }
+            | Error::MaskPresence { .. }
+            | Error::NonFinite { .. }
+            | Error::HeadDimUnsupported { .. }
+            | Error::DTypeUnsupported { .. }
+            | Error::PathUnavailable { .. }
+            | Error::WrongDevice { .. } => true,
+            Error::DeviceMemory { .. }
+            | Error::ThreadPool { .. }
+            | Error::NoCudaDriver { .. }
+            | Error::UnsupportedGpu { .. }
+            | Error::CubinIntegrity { .. }
+            | Error::Cuda { .. } => false,
+        }
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

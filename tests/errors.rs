@@ -939,3 +939,31 @@ fn dtype_parsing() {
         );
     }
 }
+
+/// The front ends sort errors by `is_caller_error`: what the caller asked for is theirs to fix,
+/// the machine's failures are not.
+#[test]
+fn caller_errors_and_machine_errors_are_told_apart() {
+    let caller = [
+        Engine::cpu_with_threads(0).unwrap_err(),
+        build_err(Problem::builder(Shape::new(1, 3, 2, 1, 1, 8))),
+        Error::NonFinite {
+            tensor: TensorName::Q,
+        },
+    ];
+    for e in &caller {
+        assert!(e.is_caller_error(), "{e:?}");
+    }
+    let machine = [
+        Error::NoCudaDriver {
+            reason: "test".into(),
+        },
+        Error::Cuda {
+            op: "test",
+            message: "test".into(),
+        },
+    ];
+    for e in &machine {
+        assert!(!e.is_caller_error(), "{e:?}");
+    }
+}

@@ -57,27 +57,11 @@ impl Failure {
 
 impl From<detattn::Error> for Failure {
     fn from(e: detattn::Error) -> Self {
-        use detattn::Error as E;
         let (kind, tensor) = match &e {
-            E::NonFinite { tensor } => ("nonfinite", Some(tensor.to_string())),
+            detattn::Error::NonFinite { tensor } => ("nonfinite", Some(tensor.to_string())),
             // What the caller passed: shapes, options, layouts, dtypes, devices.
-            E::DimensionOutOfRange { .. }
-            | E::HeadsNotDivisible { .. }
-            | E::InvalidScale { .. }
-            | E::KvLensCount { .. }
-            | E::KvLenOutOfRange { .. }
-            | E::SizeOverflow { .. }
-            | E::TensorLength { .. }
-            | E::TensorExtent { .. }
-            | E::OutputOverlap { .. }
-            | E::Misaligned { .. }
-            | E::MaskPresence { .. }
-            | E::HeadDimUnsupported { .. }
-            | E::DTypeUnsupported { .. }
-            | E::PathUnavailable { .. }
-            | E::WrongDevice { .. } => ("value", None),
-            // The machine: driver, GPU, memory, kernel faults, thread pools, and any variant a
-            // later version of the library adds.
+            e if e.is_caller_error() => ("value", None),
+            // The machine: driver, GPU, memory, kernel faults, thread pools.
             _ => ("runtime", None),
         };
         Failure {

@@ -57,25 +57,13 @@ impl Failure {
     /// Classify a library error: problems with what was asked are usage errors, problems of the
     /// machine (driver, GPU, CUDA) are runtime errors.
     pub(crate) fn from_lib(e: detattn::Error) -> Failure {
-        use detattn::Error as E;
         let msg = e.to_string();
         match e {
-            E::DimensionOutOfRange { .. }
-            | E::HeadsNotDivisible { .. }
-            | E::InvalidScale { .. }
-            | E::KvLensCount { .. }
-            | E::KvLenOutOfRange { .. }
-            | E::SizeOverflow { .. }
-            | E::TensorLength { .. }
-            | E::MaskPresence { .. }
-            | E::NonFinite { .. }
-            | E::TensorExtent { .. }
-            | E::OutputOverlap { .. }
-            | E::Misaligned { .. }
-            | E::HeadDimUnsupported { .. }
-            | E::DTypeUnsupported { .. } => Failure::Usage(msg),
             // The CLI's words for the remedy: a flag, not a Rust enum.
-            E::PathUnavailable { .. } => Failure::Usage(format!("{msg} (use --path exact)")),
+            detattn::Error::PathUnavailable { .. } => {
+                Failure::Usage(format!("{msg} (use --path exact)"))
+            }
+            e if e.is_caller_error() => Failure::Usage(msg),
             _ => Failure::Runtime(msg),
         }
     }

@@ -26,10 +26,10 @@ pub(crate) struct Item<'a> {
     pub mask: Option<&'a [bool]>,
 }
 
-/// The instruction sets the tile loop is compiled for. The arithmetic is the same on each (IEEE
-/// fma, add, multiply in the same order); only the vector width, and so the speed, differs. A unit
-/// test holds every variant this CPU can run to the same bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The instruction sets the tile loop is compiled for, narrowest first. The arithmetic is the same
+/// on each (IEEE fma, add, multiply in the same order); only the vector width, and so the speed,
+/// differs. A unit test holds every variant this CPU can run to the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Isa {
     Portable,
     #[cfg(target_arch = "x86_64")]
@@ -39,28 +39,33 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
-    /// Every variant this CPU can run, widest last.
-    pub(crate) fn available() -> Vec<Isa> {
-        #[allow(unused_mut)]
-        let mut v = vec![Isa::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            let fma = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
-            if fma {
-                v.push(Isa::Avx2Fma);
-            }
-            if fma && std::is_x86_feature_detected!("avx512f") {
-                v.push(Isa::Avx512);
-            }
-        }
-        v
-    }
-}
-
-impl Isa {
-    /// The widest variant this CPU can run: the one [`run_item`] uses.
+    /// The widest variant this CPU can run: the one [`run_item`] uses. Each variant needs the
+    /// features of the narrower ones, so the CPU runs exactly the variants up to this one.
+    /// Feature detection is cached by std: a few loads, no allocation (it runs once per item).
     pub(crate) fn best() -> Isa {
-        *Isa::available().last().unwrap_or(&Isa::Portable)
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            return if std::is_x86_feature_detected!("avx512f") {
+                Isa::Avx512
+            } else {
+                Isa::Avx2Fma
+            };
+        }
+        Isa::Portable
+    }
+
+    /// Every variant this CPU can run, widest last (the tests run each).
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Isa> {
+        let best = Isa::best();
+        let all = [
+            Isa::Portable,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512,
+        ];
+        all.into_iter().filter(|&i| i <= best).collect()
     }
 
     /// A short name (`portable`, `avx2+fma`, `avx512`).
@@ -77,7 +82,6 @@ impl Isa {
 
 /// Run one item with the widest instruction set this CPU has.
 pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
-    // Feature detection is cached by std; this is a few loads per item.
     run_item_with(Isa::best(), item, q, out);
 }
 
@@ -102,22 +106,23 @@ pub(crate) fn prepare_kv<'a, T: Element>(
     match Isa::best() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma | Isa::Avx512 => {
-            // SAFETY: `Isa::best` returns one of `Isa::available`, which detected avx2 and fma
-            // for both variants.
+            // SAFETY: `Isa::best` returns either variant only after detecting avx2 and fma.
             unsafe { with_fma(k, v, kv_len, d) }
         }
         Isa::Portable => PreparedKv::new(k, v, kv_len, d),
     }
 }
 
-/// Run one item with `isa`, which must be one of [`Isa::available`].
+/// Run one item with `isa`, which must be at most [`Isa::best`] (a variant this CPU can run).
 pub(crate) fn run_item_with<T: Element>(isa: Isa, item: &Item<'_>, q: &[T], out: &mut [T]) {
     match isa {
         Isa::Portable => run_item_body::<T, 1, _>(Generic, item, q, out),
-        // SAFETY: `isa` comes from `Isa::available`, which detected avx2 and fma.
+        // SAFETY: `isa` is at most `Isa::best`, which returns this variant or a wider one only
+        // after detecting avx2 and fma.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => unsafe { run_item_avx2_fma(item, q, out) },
-        // SAFETY: `isa` comes from `Isa::available`, which detected avx512f, avx2 and fma.
+        // SAFETY: `isa` is at most `Isa::best`, which returns this variant only after detecting
+        // avx512f, avx2 and fma.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { run_item_avx512(item, q, out) },
     }
@@ -496,7 +501,7 @@ mod avx512 {
         #[inline(always)]
         fn scores(self, kt: &[f32], q: &[[f32; 4]], s: &mut [[f32; TILE]; 4]) {
             // SAFETY: a `Blocks` exists only where avx512f was detected (`Blocks::detected` is a
-            // target-feature function, called from `run_item_avx512` after `Isa::available`).
+            // target-feature function, called from `run_item_avx512` after `Isa::best` detected it).
             unsafe { scores4(kt, q, s) }
         }
 

@@ -1,6 +1,7 @@
 //! GPU contract tests of the `TensorCore` path (docs/tensorcore.md): D1 (1000 runs),
-//! D2 (a problem alone and inside batches of 1..64), D3 (decode = causal prefill at every row),
-//! D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
+//! D2 (a problem alone and inside batches of 1..64), D3 (decode = causal prefill at every row;
+//! and every pair of the four kernels the host picks per dtype and head dim, prefill or decode,
+//! causal or not, held equal on the rows their problems share), D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
 //! planted, the error against the CPU `Exact` path on 300 random problems, finite output at the
 //! dtypes' extreme magnitudes, `Propagate` against the CPU `Exact` engine's NaN rows, the golden
 //! digests per architecture (all finite), the timing API, and the typed errors of the path.
@@ -364,6 +365,379 @@ fn d3_decode_equals_causal_prefill_at_every_row() {
         return;
     };
     each_type_and_dim!(d3_one, &e);
+}
+
+// ----------------------------------------------------------------- every pair of kernels
+
+// D3 across every pair of kernels the host can pick. For one (dtype, D) the host chooses among
+// four attention kernels, from the shape alone (src/cuda/tensorcore.rs, `plan` and `attention`):
+// `tc_fwd` or `tc_dec` (decode iff G·Sq ≤ 16, the decode kernel's BM), each causal or not. There
+// is no other choice on the host: the prefill tile height BM and the key tile width BN are
+// constants of the cubin per head dim (and BM per architecture: 128 or 64), no split of the keys.
+// So one causal prefill (the reference, `tc_fwd_*_causal`) is computed once, and its rows are
+// computed again through each kernel, from problems whose rows are a subset of its rows:
+//
+// - windows of w consecutive query rows [a, a + w) of g query heads per kv head, each window one
+//   batch element (so batches and ragged key lengths too), with the causal limit expressed as
+//     causal bottom-right with key length a + w (`KvLens`),
+//     causal top-left from row 0 (`TopLeft`: row i sees keys j ≤ i),
+//     no causal flag and a boolean mask holding the causal limit (`Mask`, key length Skv: the
+//       kernel also runs the fully masked tiles past the limit),
+//     no causal flag, one row per batch element with key length i + 1 (`RowLens`);
+// - with g·w ≤ 16 (decode kernel) and g·w > 16 (prefill kernel; windows start anywhere, so a row
+//   sits at another place in its query tile than in the reference, and windows of 130 rows cross
+//   a tile boundary of BM 64 or 128); g up to 20 by repeating query heads (rows of the same query
+//   head may appear several times in one problem);
+// - window ends around the key tile widths (BN 32, 64) and prefill tile heights, and the last
+//   row; the reference with and without a random boolean mask (every 11th query row fully masked:
+//   rows that see no key, +0 in every kernel).
+//
+// Every row of every such problem must be the reference row's bits. By transitivity every pair of
+// the four kernels is held equal wherever their problems overlap.
+
+/// Query rows the host gives to the decode kernel at most (src/cuda/tensorcore.rs `plan`: G·Sq ≤
+/// `tc_cfg_dec_d<D>[0]`, which is `Cfg<…, DEC>::BM` = 16 in kernels/tensorcore.cu).
+const DECODE_ROWS: usize = 16;
+/// The reference: B 1, Hq 8, Hkv 2 (G 4), Sq = Skv = PAIR_S, causal.
+const PAIR_S: usize = 300;
+const PAIR_HKV: usize = 2;
+const PAIR_G: usize = 4;
+/// Last rows of the windows (a window of w rows ending at e starts at e + 1 − w).
+const PAIR_ENDS: [usize; 14] = [0, 15, 31, 32, 63, 64, 65, 127, 128, 129, 191, 255, 256, 299];
+/// The rows of the one-row-per-batch-element routes.
+const PAIR_ROWS: [usize; 14] = [0, 1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 256, 299];
+
+/// The name of the kernel the host picks for `p` (the rule of src/cuda/tensorcore.rs).
+fn kernel_name<T: Element>(p: &Problem) -> String {
+    let s = p.shape();
+    let kind = if s.group() * s.q_len <= DECODE_ROWS {
+        "dec"
+    } else {
+        "fwd"
+    };
+    let c = if p.causal() { "_causal" } else { "" };
+    format!("tc_{kind}_{}_d{}{c}", tname::<T>(), s.head_dim)
+}
+
+/// How a route expresses the reference's causal limit (see above).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keys {
+    KvLens,
+    TopLeft,
+    Mask,
+    RowLens,
+}
+
+/// g query heads per kv head, w rows per window, the keys.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    g: usize,
+    w: usize,
+    keys: Keys,
+}
+
+/// Every route, for the decode kernel (g·w ≤ 16) and the prefill kernel.
+fn pair_routes() -> Vec<Route> {
+    use Keys::*;
+    let r = |g, w, keys| Route { g, w, keys };
+    vec![
+        // decode kernel, causal
+        r(4, 4, KvLens),
+        r(1, 16, KvLens),
+        r(2, 3, KvLens),
+        r(16, 1, KvLens),
+        r(4, 4, TopLeft),
+        r(1, 16, TopLeft),
+        // decode kernel, not causal
+        r(4, 4, Mask),
+        r(2, 8, Mask),
+        r(4, 1, RowLens),
+        r(1, 1, RowLens),
+        // prefill kernel, causal
+        r(4, 5, KvLens),
+        r(1, 17, KvLens),
+        r(2, 40, KvLens),
+        r(4, 130, KvLens),
+        r(4, 40, TopLeft),
+        r(2, PAIR_S, TopLeft),
+        // prefill kernel, not causal
+        r(4, 5, Mask),
+        r(1, 130, Mask),
+        r(20, 1, RowLens),
+    ]
+}
+
+/// A fault planted in the comparison, to see that it can fail (`kernel_pairs_logic_on_cpu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PairPlant {
+    None,
+    /// Compare row i of a window with reference row i + 1.
+    RowShift,
+    /// Give every route (but `TopLeft`) one key more than the reference row sees.
+    ExtraKey,
+}
+
+/// Rows compared per kernel (by name), mismatching rows per route, and the first mismatch.
+#[derive(Default)]
+struct PairCounts {
+    rows: std::collections::BTreeMap<String, usize>,
+    mismatches: usize,
+    route_mismatches: Vec<(Route, usize)>,
+    first: Option<String>,
+}
+
+/// The reference's inputs and output; its heads are query heads 0..8, kv head h / 4.
+struct PairRef<T> {
+    d: usize,
+    x: Inputs<T>,
+    out: Vec<T>,
+}
+
+impl<T: Element> PairRef<T> {
+    fn q_row(&self, h: usize, i: usize) -> &[T] {
+        &self.x.q[(h * PAIR_S + i) * self.d..][..self.d]
+    }
+    fn out_row(&self, h: usize, i: usize) -> &[T] {
+        &self.out[(h * PAIR_S + i) * self.d..][..self.d]
+    }
+    /// The reference's mask row (true everywhere without a mask).
+    fn mask_row(&self, h: usize, i: usize) -> Vec<bool> {
+        match &self.x.mask {
+            Some(m) => m[(h * PAIR_S + i) * PAIR_S..][..PAIR_S].to_vec(),
+            None => vec![true; PAIR_S],
+        }
+    }
+}
+
+/// First rows of the batch elements of `r`.
+fn route_starts(r: &Route) -> Vec<usize> {
+    match r.keys {
+        Keys::TopLeft => vec![0; 3],
+        Keys::RowLens => PAIR_ROWS.to_vec(),
+        Keys::KvLens | Keys::Mask => PAIR_ENDS
+            .iter()
+            .filter(|&&e| e + 1 >= r.w)
+            .map(|&e| e + 1 - r.w)
+            .collect(),
+    }
+}
+
+/// Reference query head of query head `gi` (of `g`) of kv head `kvh` in batch element `b`: the
+/// reference heads of that kv head in rotation, repeated when g > 4.
+fn pair_head(kvh: usize, gi: usize, b: usize) -> usize {
+    kvh * PAIR_G + (b + gi) % PAIR_G
+}
+
+/// The problem and inputs of route `r` (its rows taken from the reference), and the reference row
+/// each of its rows must equal, as (head, row).
+#[allow(clippy::type_complexity)]
+fn route_case<T: Element>(
+    rf: &PairRef<T>,
+    r: &Route,
+    plant: PairPlant,
+) -> (Problem, Inputs<T>, Vec<(usize, usize)>) {
+    let d = rf.d;
+    let starts = route_starts(r);
+    let nb = starts.len();
+    let hq = PAIR_HKV * r.g;
+    let extra = usize::from(plant == PairPlant::ExtraKey);
+    let shift = usize::from(plant == PairPlant::RowShift);
+    let masked = rf.x.mask.is_some() || r.keys == Keys::Mask;
+    let mut pb = Problem::builder(Shape::new(nb, hq, PAIR_HKV, r.w, PAIR_S, d));
+    pb = match r.keys {
+        Keys::KvLens => pb.causal(true).kv_lens(
+            starts
+                .iter()
+                .map(|&a| (a + r.w + extra).min(PAIR_S))
+                .collect(),
+        ),
+        Keys::TopLeft => pb.causal(true).causal_align(detattn::CausalAlign::TopLeft),
+        Keys::Mask => pb,
+        Keys::RowLens => pb.kv_lens(
+            starts
+                .iter()
+                .map(|&a| (a + 1 + extra).min(PAIR_S))
+                .collect(),
+        ),
+    };
+    if masked {
+        pb = pb.mask(MaskLayout::FULL);
+    }
+    let p = pb.build().expect("valid route problem");
+    let mut x = Inputs::<T> {
+        q: Vec::with_capacity(nb * hq * r.w * d),
+        k: Vec::with_capacity(nb * rf.x.k.len()),
+        v: Vec::with_capacity(nb * rf.x.v.len()),
+        mask: masked.then(Vec::new),
+    };
+    let mut want = Vec::with_capacity(nb * hq * r.w);
+    for (b, &a) in starts.iter().enumerate() {
+        x.k.extend_from_slice(&rf.x.k);
+        x.v.extend_from_slice(&rf.x.v);
+        for kvh in 0..PAIR_HKV {
+            for gi in 0..r.g {
+                let h = pair_head(kvh, gi, b);
+                for i in a..a + r.w {
+                    x.q.extend_from_slice(rf.q_row(h, i));
+                    want.push((h, i + shift));
+                    if let Some(m) = x.mask.as_mut() {
+                        let row = rf.mask_row(h, i);
+                        if r.keys == Keys::Mask {
+                            // The causal limit of row i as mask bits (bottom-right, Sq = Skv).
+                            m.extend(row.iter().enumerate().map(|(j, &t)| t && j <= i + extra));
+                        } else {
+                            m.extend(row);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (p, x, want)
+}
+
+/// The reference of (T, d), masked or not, and every route compared with it through `run`.
+fn kernel_pairs<T: Element>(
+    d: usize,
+    run: &dyn Fn(&Problem, &Inputs<T>) -> Vec<T>,
+    plant: PairPlant,
+    n: &mut PairCounts,
+) {
+    for masked in [false, true] {
+        let layout = masked.then_some(MaskLayout::FULL);
+        let p = problem(
+            (1, PAIR_HKV * PAIR_G, PAIR_HKV, PAIR_S, PAIR_S, d),
+            true,
+            None,
+            layout,
+        );
+        let x = inputs::<T>(&p, 900 + d as u64 + u64::from(masked));
+        let out = run(&p, &x);
+        *n.rows.entry(kernel_name::<T>(&p)).or_default() += PAIR_HKV * PAIR_G * PAIR_S;
+        let rf = PairRef { d, x, out };
+        for r in pair_routes() {
+            let (rp, rx, want) = route_case(&rf, &r, plant);
+            let got = run(&rp, &rx);
+            let kernel = kernel_name::<T>(&rp);
+            let mut bad = 0;
+            for (row, &(h, i)) in want.iter().enumerate() {
+                if i >= PAIR_S {
+                    continue; // only under PairPlant::RowShift
+                }
+                *n.rows.entry(kernel.clone()).or_default() += 1;
+                if bits(&got[row * d..][..d]) != bits(rf.out_row(h, i)) {
+                    bad += 1;
+                    n.first.get_or_insert_with(|| {
+                        let s = rp.shape();
+                        format!(
+                            "{kernel} ({r:?}, mask={masked}; B {} Hq {} Sq {}): output row {row} \
+                             (batch {}, head {}, row {}) differs from row {i} of head {h} of the \
+                             causal prefill",
+                            s.batch,
+                            s.q_heads,
+                            s.q_len,
+                            row / (s.q_heads * s.q_len),
+                            row / s.q_len % s.q_heads,
+                            row % s.q_len,
+                        )
+                    });
+                }
+            }
+            n.mismatches += bad;
+            n.route_mismatches.push((r, bad));
+        }
+    }
+}
+
+/// The four kernels of (T, d), each exercised (with and without a mask) by `kernel_pairs`.
+fn assert_every_kernel<T: Element>(d: usize, n: &PairCounts) {
+    for kind in ["fwd", "dec"] {
+        for c in ["", "_causal"] {
+            let name = format!("tc_{kind}_{}_d{d}{c}", tname::<T>());
+            assert!(
+                n.rows.get(&name).is_some_and(|&k| k > 0),
+                "no rows compared through {name}: {:?}",
+                n.rows
+            );
+        }
+    }
+}
+
+/// `kernel_pairs` without a plant through `run`: no row may differ, every kernel of (T, d) must
+/// have been exercised. The rows compared per kernel.
+fn pairs_clean<T: Element>(
+    d: usize,
+    run: &dyn Fn(&Problem, &Inputs<T>) -> Vec<T>,
+) -> std::collections::BTreeMap<String, usize> {
+    let mut n = PairCounts::default();
+    kernel_pairs::<T>(d, run, PairPlant::None, &mut n);
+    assert!(
+        n.mismatches == 0,
+        "{} rows differ between kernels; the first: {}",
+        n.mismatches,
+        n.first.as_deref().unwrap_or("")
+    );
+    assert_every_kernel::<T>(d, &n);
+    n.rows
+}
+
+fn pairs_one<T: Element>(e: &Engine, d: usize, total: &mut PairCounts) {
+    for (k, c) in pairs_clean::<T>(d, &|p, x| run(e, p, x)) {
+        *total.rows.entry(k).or_default() += c;
+    }
+}
+
+/// The CPU `Exact` engine as the runner of `kernel_pairs`.
+fn pairs_cpu<T: Element>(cpu: &Engine, d: usize) {
+    pairs_clean::<T>(d, &|p, x| {
+        cpu.run(p, &x.q, &x.k, &x.v, x.mask.as_deref())
+            .expect("cpu exact")
+    });
+}
+
+#[test]
+fn every_pair_of_kernels_agrees_where_their_problems_overlap() {
+    let Some(e) = gpu("every_pair_of_kernels_agrees_where_their_problems_overlap") else {
+        return;
+    };
+    let mut n = PairCounts::default();
+    for d in DIMS {
+        pairs_one::<f16>(&e, d, &mut n);
+        pairs_one::<bf16>(&e, d, &mut n);
+    }
+    let per: Vec<String> = n.rows.iter().map(|(k, c)| format!("{k} {c}")).collect();
+    loud(&format!(
+        "tensorcore kernel pairs: {} rows of {} problems through {} kernels, every row the bits \
+         of the causal prefill row it repeats (rows per kernel, reference included: {})",
+        n.rows.values().sum::<usize>(),
+        DIMS.len() * 2 * 2 * (1 + pair_routes().len()),
+        n.rows.len(),
+        per.join(", ")
+    ));
+}
+
+/// The comparison logic of `every_pair_of_kernels_agrees_where_their_problems_overlap` on the CPU
+/// `Exact` engine, which keeps D2–D4 bit for bit too (no GPU needed): every route gives the
+/// reference's rows, the kernel names cover all four kernels, and each planted fault is found in
+/// every route it applies to (so no route's comparison is vacuous).
+#[test]
+fn kernel_pairs_logic_on_cpu() {
+    let cpu = Engine::cpu();
+    each_type_and_dim!(pairs_cpu, &cpu);
+    let run_cpu = |p: &Problem, x: &Inputs<f16>| -> Vec<f16> {
+        cpu.run(p, &x.q, &x.k, &x.v, x.mask.as_deref())
+            .expect("cpu exact")
+    };
+    for plant in [PairPlant::RowShift, PairPlant::ExtraKey] {
+        let mut n = PairCounts::default();
+        kernel_pairs::<f16>(64, &run_cpu, plant, &mut n);
+        for (r, bad) in &n.route_mismatches {
+            if plant == PairPlant::ExtraKey && r.keys == Keys::TopLeft {
+                continue; // the plant does not apply
+            }
+            assert!(*bad > 0, "{plant:?} not found in route {r:?}");
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------ D4

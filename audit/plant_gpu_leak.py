@@ -3,14 +3,15 @@
 
     python3 audit/plant_gpu_leak.py [--out DIR]      default DIR: .carry/cubin-leaky (git-ignored)
 
-It copies kernels/exact.cu, plants two data-dependent shortcuts that leave every output bit as it
+It copies kernels/exact.cu, plants three data-dependent shortcuts that leave every output bit as it
 was, compiles the copy for sm_90 with the pinned NVRTC and the shipped options, and writes
 DIR/exact.sm_90.cubin with a manifest.json in the format the crate's test override reads
 (`DETATTN_TEST_CUBIN_DIR=DIR`). The shortcuts:
 
 - skip the rescale `acc *= alpha` when the running maximum did not move (alpha == 1), the classic
   "optimisation" docs/design.md §6 forbids;
-- skip a group of four keys' multiply-adds in P·V when their weights are all zero (masked keys).
+- skip a group of four keys' multiply-adds in P·V when their weights are all zero (masked keys);
+- in the decode kernels' chains, skip the same rescale (`dudect --q-len 1` sees it).
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda` must report the leak
 (|t| > 10), and here `python3 audit/sass_audit.py --listing ...` must flag the planted branches.
@@ -26,6 +27,10 @@ from planting import ROOT, build
 # (what the shipped source says, what the leaky copy says instead). Each must match at least once;
 # every occurrence is replaced (the kernel has a full-tile and a partial-tile copy of some steps).
 PLANTS = [
+    (
+        "acc = __fmul_rn(acc, a);",
+        "if (a != 1.0f) acc = __fmul_rn(acc, a);  // PLANTED LEAK (decode chains)",
+    ),
     (
         "for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);",
         "if (alpha != 1.0f) for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);"

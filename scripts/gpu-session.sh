@@ -51,7 +51,7 @@ for s in "${STAGES[@]}"; do
       done ;;
     sanitize)
       # compute-sanitizer's four tools on small ragged problems through the CLI: the Exact kernels
-      # (fast 64/128/256, generic; prepare; strided bshd; top-left; Propagate), every TensorCore
+      # (fast 64/128/256, generic; prepare; decode; strided bshd; top-left; Propagate), every TensorCore
       # kernel (prefill and decode x d64/128/256, f16/bf16 alternating), the policy kernels, and
       # the device entry's non-finite scan (a test binary).
       P=(
@@ -59,6 +59,9 @@ for s in "${STAGES[@]}"; do
         "--batch 1 --q-heads 8 --kv-heads 8 --q-len 300 --kv-len 300 --head-dim 128 --dtype f32 --causal --causal-align top-left"
         "--batch 1 --q-heads 1 --kv-heads 1 --q-len 5 --kv-len 70 --head-dim 1000 --dtype f16"
         "--batch 1 --q-heads 2 --kv-heads 1 --q-len 70 --kv-len 130 --head-dim 200 --dtype f32 --mask shared --layout bshd"
+        "--batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 700 --head-dim 128 --dtype bf16 --kv-lens 700,260 --mask full --nonfinite propagate"
+        "--batch 1 --q-heads 4 --kv-heads 1 --q-len 4 --kv-len 300 --head-dim 300 --dtype f32 --causal --layout bshd"
+        "--batch 2 --q-heads 2 --kv-heads 2 --q-len 3 --kv-len 90 --head-dim 64 --dtype f16 --causal --causal-align top-left --kv-lens 2,90"
         "--path tensorcore --dtype f16 --amp 15 --nonfinite propagate --batch 1 --q-heads 4 --kv-heads 2 --q-len 33 --kv-len 70 --head-dim 64 --causal --mask full --kv-lens 61 --layout bshd"
         "--path tensorcore --dtype bf16 --amp 127 --nonfinite propagate --batch 2 --q-heads 4 --kv-heads 2 --q-len 20 --kv-len 50 --head-dim 128 --kv-lens 50,31"
         "--path tensorcore --dtype bf16 --batch 2 --q-heads 4 --kv-heads 2 --q-len 77 --kv-len 77 --head-dim 256 --causal --kv-lens 77,30"
@@ -111,8 +114,13 @@ for s in "${STAGES[@]}"; do
       fi ;;
     dudect)
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000
+      # The decode kernels (group · q_len = 1): one query row per head against 1024 keys.
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --q-len 1 --kv-len 1024 \
+        --heads 8 --head-dim 128 --dtype bf16 --json-out "$OUT/dudect-decode-bf16-d128.json"
       if [ -d .carry/cubin-leaky ]; then
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 --expect-leak
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 \
+          --q-len 1 --kv-len 1024 --heads 8 --head-dim 128 --dtype bf16 --expect-leak
       fi ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac

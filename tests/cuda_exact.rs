@@ -180,8 +180,17 @@ fn compare_device<T: Element + DeviceRepr>(
     }
 }
 
+/// The sizes a random problem is drawn from.
+#[derive(Clone, Copy, PartialEq)]
+enum Sizes {
+    Small,
+    Big,
+    /// `group · q_len ≤ 16` (the decode kernels), up to 9000 keys (several stages, partial ones).
+    Decode,
+}
+
 /// One random problem description from a seed.
-fn random_problem(rng: &mut SplitMix64, big: bool) -> (Problem, DType, i32, usize, bool) {
+fn random_problem(rng: &mut SplitMix64, sizes: Sizes) -> (Problem, DType, i32, usize, bool) {
     let mut r = |n: u64| (rng.next_u64() % n) as usize;
     const DIMS: [usize; 24] = [
         1, 2, 3, 5, 8, 16, 31, 32, 33, 63, 64, 64, 65, 80, 96, 127, 128, 128, 129, 200, 255, 256,
@@ -191,10 +200,14 @@ fn random_problem(rng: &mut SplitMix64, big: bool) -> (Problem, DType, i32, usiz
     let hkv = 1 + r(3);
     let group = 1 + r(3);
     let b = 1 + r(3);
-    let (sq, skv) = if big {
-        (1 + r(300), 1 + r(700))
-    } else {
-        (1 + r(70), 1 + r(150))
+    let (group, sq, skv) = match sizes {
+        Sizes::Small => (group, 1 + r(70), 1 + r(150)),
+        Sizes::Big => (group, 1 + r(300), 1 + r(700)),
+        Sizes::Decode => {
+            let g = [1, 2, 4, 8, 16][r(5)];
+            let skv = if r(8) == 0 { 1 + r(9000) } else { 1 + r(3000) };
+            (g, 1 + r(16 / g as u64), skv)
+        }
     };
     let dtype = [DType::F32, DType::F16, DType::Bf16][r(3)];
     let mut pb = Problem::builder(Shape::new(b, hkv * group, hkv, sq, skv, d)).causal(r(2) == 1);
@@ -282,7 +295,12 @@ fn d6_random_problems_bit_identical_to_cpu() {
     let mut failures = Vec::new();
     let mut kinds = [0usize; 3];
     for i in 0..n {
-        let (p, dtype, amp, plant, nonfinite) = random_problem(&mut rng, i % 20 == 0);
+        let sizes = if i % 20 == 0 {
+            Sizes::Big
+        } else {
+            Sizes::Small
+        };
+        let (p, dtype, amp, plant, nonfinite) = random_problem(&mut rng, sizes);
         let seed = rng.next_u64();
         let device = i % 3 == 0;
         kinds[dtype.code() as usize] += 1;
@@ -297,6 +315,42 @@ fn d6_random_problems_bit_identical_to_cpu() {
     }
     eprintln!(
         "{n} random problems (f32/f16/bf16: {kinds:?}), {} mismatches",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn decode_kernels_bit_identical_to_cpu() {
+    // group · q_len ≤ 16 picks the decode kernels (scores, chains and division in three launches
+    // spread over the GPU): the same bits as the CPU, with every option, both entry points.
+    let Some(gpu) = gpu("decode_kernels_bit_identical_to_cpu") else {
+        return;
+    };
+    let mut rng = SplitMix64::new(0x5EED_0DEC);
+    let n = 240;
+    let mut failures = Vec::new();
+    let mut kinds = [0usize; 3];
+    let mut keys = 0usize;
+    for i in 0..n {
+        let (p, dtype, amp, plant, nonfinite) = random_problem(&mut rng, Sizes::Decode);
+        let s = p.shape();
+        assert!(s.group() * s.q_len <= 16);
+        keys = keys.max(s.kv_len);
+        let seed = rng.next_u64();
+        let device = i % 3 == 0;
+        kinds[dtype.code() as usize] += 1;
+        let r = match dtype {
+            DType::F32 => check_one::<f32>(&gpu, &p, seed, amp, plant, nonfinite, device),
+            DType::F16 => check_one::<f16>(&gpu, &p, seed, amp, plant, nonfinite, device),
+            DType::Bf16 => check_one::<bf16>(&gpu, &p, seed, amp, plant, nonfinite, device),
+        };
+        if let Err(e) = r {
+            failures.push(format!("#{i} {dtype} {p:?} amp {amp} plant {plant}: {e}"));
+        }
+    }
+    eprintln!(
+        "{n} random decode problems (f32/f16/bf16: {kinds:?}, up to {keys} keys), {} mismatches",
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -390,36 +444,48 @@ fn d3_decode_rows_equal_causal_prefill() {
     let Some(gpu) = gpu("d3_decode_rows_equal_causal_prefill") else {
         return;
     };
-    let (hq, hkv, s, d) = (4, 2, 150, 128);
-    let p = Problem::builder(Shape::new(1, hq, hkv, s, s, d))
-        .causal(true)
-        .build()
-        .unwrap();
-    let c = inputs::<f16>(&p, 31, 0, 0, false);
-    let prefill = gpu.run(&p, &c.q, &c.k, &c.v, None).unwrap();
-    for i in [0usize, 1, 63, 64, 65, 127, 128, 149] {
-        // Decoding token i: one query row against a cache holding keys 0..=i.
-        let dec = Problem::builder(Shape::new(1, hq, hkv, 1, i + 1, d))
+    // Every kernel pair: the decode kernels (group · q_len = 2 ≤ 16) against the prefill kernel
+    // of each head-dim class (fast 64, 128, 256, generic), in every dtype.
+    fn one<T: Element + AnyF32>(gpu: &Engine, d: usize) -> usize {
+        let (hq, hkv, s) = (4, 2, 300);
+        let p = Problem::builder(Shape::new(1, hq, hkv, s, s, d))
             .causal(true)
             .build()
             .unwrap();
-        let q: Vec<f16> = (0..hq)
-            .flat_map(|h| c.q[(h * s + i) * d..(h * s + i + 1) * d].to_vec())
-            .collect();
-        let cache = |x: &[f16]| -> Vec<f16> {
-            (0..hkv)
-                .flat_map(|h| x[h * s * d..(h * s + i + 1) * d].to_vec())
-                .collect()
-        };
-        let out = gpu.run(&dec, &q, &cache(&c.k), &cache(&c.v), None).unwrap();
-        for h in 0..hq {
-            assert_eq!(
-                bits(&out[h * d..(h + 1) * d]),
-                bits(&prefill[(h * s + i) * d..(h * s + i + 1) * d]),
-                "row {i} head {h}"
-            );
+        let c = inputs::<T>(&p, 31 + d as u64, 0, 0, false);
+        let prefill = gpu.run(&p, &c.q, &c.k, &c.v, None).unwrap();
+        let rows = [0usize, 1, 63, 64, 65, 127, 128, 255, 256, 257, 299];
+        for &i in &rows {
+            // Decoding token i: one query row against a cache holding keys 0..=i.
+            let dec = Problem::builder(Shape::new(1, hq, hkv, 1, i + 1, d))
+                .causal(true)
+                .build()
+                .unwrap();
+            let q: Vec<T> = (0..hq)
+                .flat_map(|h| c.q[(h * s + i) * d..(h * s + i + 1) * d].to_vec())
+                .collect();
+            let cache = |x: &[T]| -> Vec<T> {
+                (0..hkv)
+                    .flat_map(|h| x[h * s * d..(h * s + i + 1) * d].to_vec())
+                    .collect()
+            };
+            let out = gpu.run(&dec, &q, &cache(&c.k), &cache(&c.v), None).unwrap();
+            for h in 0..hq {
+                assert_eq!(
+                    bits(&out[h * d..(h + 1) * d]),
+                    bits(&prefill[(h * s + i) * d..(h * s + i + 1) * d]),
+                    "{} d {d} row {i} head {h}",
+                    T::DTYPE
+                );
+            }
         }
+        rows.len() * hq
     }
+    let mut n = 0;
+    for d in [64, 128, 256, 300] {
+        n += one::<f32>(&gpu, d) + one::<f16>(&gpu, d) + one::<bf16>(&gpu, d);
+    }
+    eprintln!("D3: {n} decode rows equal to their causal prefill rows (4 head dims x 3 dtypes)");
 }
 
 #[test]

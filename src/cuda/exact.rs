@@ -4,14 +4,18 @@
 //! generic kernel or the device scan needs them, into f32 scratch, one row per warp), under
 //! `Reject` on device-resident inputs the non-finite scan (`reject_flags`: three words for the
 //! host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one of three, by
-//! head_dim) or the generic kernel above. The choice depends on the shape only, and every kernel
-//! produces the bits of docs/numerics.md, so it never changes the output.
+//! head_dim) or the generic kernel above. Decode-shaped problems (`group · q_len ≤ 16`: one token,
+//! or a few for speculative decoding) take three other kernels instead, which spread one KV head's
+//! work over the whole GPU (`dec_scores`, `dec_values`, `dec_finish`: kernels/exact.cu explains
+//! why that keeps every bit) and read K and V in the caller's dtype, once, with no prepare pass.
+//! The choice depends on the shape only, and every kernel produces the bits of
+//! docs/numerics.md, so it never changes the output.
 
 use super::launch::{Kernel, Launch, Module};
 use super::path::{GpuPath, Io, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::problem::{CausalAlign, NonFinitePolicy, Problem};
+use crate::problem::{CausalAlign, MAX_HEAD_DIM, NonFinitePolicy, Problem};
 use crate::tensor::Operands;
 
 /// Keys per tile (numerics.md §4), as the kernels use it.
@@ -84,6 +88,99 @@ struct Params {
 
 const _: () = assert!(std::mem::size_of::<Params>() == 304);
 
+/// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (264 bytes; the
+/// first six pointers where [`Params`] has them, so `kv_lens` is bytes 40..48 in both). Change
+/// both together, and the `detattn_dec_*` entries of audit/rules.toml.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct DecParams {
+    q: u64,
+    k: u64,
+    v: u64,
+    mask: u64,
+    out: u64,
+    kv_lens: u64,
+    x: u64,
+    tm: u64,
+    bk: u64,
+    acc: u64,
+    l: u64,
+    bv: u64,
+    q_bs: i64,
+    q_hs: i64,
+    q_ss: i64,
+    k_bs: i64,
+    k_hs: i64,
+    k_ss: i64,
+    v_bs: i64,
+    v_hs: i64,
+    v_ss: i64,
+    o_bs: i64,
+    o_hs: i64,
+    o_ss: i64,
+    b: i32,
+    hq: i32,
+    hkv: i32,
+    sq_len: i32,
+    skv: i32,
+    d: i32,
+    group: i32,
+    r: i32,
+    xpad: i32,
+    nslice: i32,
+    causal: i32,
+    top_left: i32,
+    has_mask: i32,
+    mask_per_batch: i32,
+    mask_per_head: i32,
+    propagate: i32,
+    bkv0: i32,
+    scale: f32,
+}
+
+const _: () = assert!(std::mem::size_of::<DecParams>() == 264);
+
+/// The decode kernels' shape, as the cubin declares it (`detattn_dec_cfg`).
+#[derive(Clone, Copy, Debug)]
+struct DecCfg {
+    /// Rows (`group · q_len`) per KV head at most: larger problems take the prefill kernels.
+    rows: usize,
+    /// Threads of `dec_scores` and `dec_values`.
+    threads: u32,
+    /// Columns per `dec_values` block.
+    cols: usize,
+    /// Keys per `dec_values` stage: the score rows are padded to a multiple of it.
+    keys: usize,
+    /// Threads of `dec_finish`.
+    finish_threads: u32,
+    /// The largest head dim of `dec_scores` (one tile per block, rows staged whole); past it
+    /// `dec_scores_wide` (a stage per block, the head dim in chunks).
+    narrow_dim: usize,
+    /// Dynamic shared bytes of `dec_values`.
+    values_smem: u32,
+}
+
+impl DecCfg {
+    /// Dynamic shared bytes of `dec_scores` at head dim `d` (rows of Q and of one tile of keys,
+    /// `d + 1` floats each).
+    fn scores_smem(&self, d: usize) -> u32 {
+        ((self.rows + TILE) * (d + 1) * 4) as u32
+    }
+}
+
+/// The decode part of a plan.
+#[derive(Clone, Copy, Debug)]
+struct DecPlan {
+    /// Rows per KV head (`group · q_len`).
+    r: usize,
+    /// Keys per score row (`kv_len` rounded up to a stage).
+    xpad: usize,
+    /// `dec_values` blocks per KV head.
+    nslice: usize,
+    /// KV heads (`batch · kv_heads`).
+    nbkv: usize,
+}
+
 /// The launch shape of one fast kernel, as the cubin declares it (`detattn_exact_cfg`: rows per
 /// block, threads, dynamic shared bytes).
 #[derive(Clone, Copy, Debug)]
@@ -101,6 +198,8 @@ pub(crate) struct Exact {
     fast: [[Kernel; 3]; 3],
     generic: [Kernel; 3],
     cfg: [FastCfg; 3],
+    dec: [[Kernel; 3]; 4],
+    dec_cfg: DecCfg,
 }
 
 /// Shape-derived launch geometry (public information only).
@@ -115,6 +214,8 @@ pub(crate) struct Plan {
     nkv: usize,
     bh: usize,
     dt: usize,
+    /// The decode kernels, for decode-shaped problems.
+    dec: Option<DecPlan>,
 }
 
 fn too_large(what: &str) -> Error {
@@ -151,12 +252,38 @@ impl Exact {
                 smem: smem as u32,
             };
         }
-        // Every Exact kernel takes one `Params` by value.
+        let d = module.constant_i32::<7>("detattn_dec_cfg")?;
+        if !(1..=64).contains(&d[0])
+            || !(32..=1024).contains(&d[1])
+            || !(1..=1024).contains(&d[2])
+            || d[3] <= 0
+            || d[3] % TILE as i32 != 0
+            || !(32..=1024).contains(&d[4])
+            || !(1..=MAX_HEAD_DIM as i32).contains(&d[5])
+            || !(1..=256 * 1024).contains(&d[6])
+        {
+            return Err(Error::Cuda {
+                op: "cubin launch table",
+                message: format!("detattn_dec_cfg = {d:?} is not a valid decode shape"),
+            });
+        }
+        let dec_cfg = DecCfg {
+            rows: d[0] as usize,
+            threads: d[1] as u32,
+            cols: d[2] as usize,
+            keys: d[3] as usize,
+            finish_threads: d[4] as u32,
+            narrow_dim: d[5] as usize,
+            values_smem: d[6] as u32,
+        };
+        // Every Exact kernel takes one `Params` by value, the decode kernels one `DecParams`.
         let abi = [std::mem::size_of::<Params>()];
-        let by_dt = |stem: &str, smem: u32| -> Result<[Kernel; 3]> {
-            let f = |d: &str| module.kernel(&format!("{stem}_{d}"), smem, &abi);
+        let dec_abi = [std::mem::size_of::<DecParams>()];
+        let by_dt_abi = |stem: &str, smem: u32, abi: &[usize]| -> Result<[Kernel; 3]> {
+            let f = |d: &str| module.kernel(&format!("{stem}_{d}"), smem, abi);
             Ok([f("f32")?, f("f16")?, f("bf16")?])
         };
+        let by_dt = |stem: &str, smem: u32| by_dt_abi(stem, smem, &abi);
         Ok(Exact {
             prepare: by_dt("detattn_prepare", 0)?,
             reject: module.kernel("detattn_reject_flags", 0, &abi)?,
@@ -167,6 +294,17 @@ impl Exact {
             ],
             generic: by_dt("detattn_exact_generic", 0)?,
             cfg,
+            dec: [
+                by_dt_abi(
+                    "detattn_dec_scores",
+                    dec_cfg.scores_smem(dec_cfg.narrow_dim),
+                    &dec_abi,
+                )?,
+                by_dt_abi("detattn_dec_scores_wide", 0, &dec_abi)?,
+                by_dt_abi("detattn_dec_values", dec_cfg.values_smem, &dec_abi)?,
+                by_dt_abi("detattn_dec_finish", 0, &dec_abi)?,
+            ],
+            dec_cfg,
         })
     }
 }
@@ -184,12 +322,14 @@ struct Scratch {
     badk: u64,
     badv: u64,
     acc: u64,
+    /// The decode kernels' buffers (kernels/exact.cu, "decode"): x, tm, bk, acc, l, bv.
+    dec: [u64; 6],
 }
 
 impl Scratch {
     fn of(s: &[u64]) -> Result<Scratch> {
         match *s {
-            [flags, qp, kp, vp, sq, sk, badq, badk, badv, acc] => Ok(Scratch {
+            [
                 flags,
                 qp,
                 kp,
@@ -200,11 +340,29 @@ impl Scratch {
                 badk,
                 badv,
                 acc,
+                x,
+                tm,
+                bk,
+                dacc,
+                l,
+                bv,
+            ] => Ok(Scratch {
+                flags,
+                qp,
+                kp,
+                vp,
+                sq,
+                sk,
+                badq,
+                badk,
+                badv,
+                acc,
+                dec: [x, tm, bk, dacc, l, bv],
             }),
             _ => Err(Error::Cuda {
                 op: "launch planning",
                 message: format!(
-                    "exact path: {} scratch buffers, expected 10 (internal)",
+                    "exact path: {} scratch buffers, expected 16 (internal)",
                     s.len()
                 ),
             }),
@@ -232,6 +390,22 @@ impl GpuPath for Exact {
         nq.checked_mul(dp)
             .and(nkv.checked_mul(dp))
             .ok_or_else(|| too_large("prepared elements"))?;
+        let c = self.dec_cfg;
+        let r = s.group() * s.q_len;
+        let dec = if r <= c.rows {
+            let xpad = s.kv_len.div_ceil(c.keys) * c.keys;
+            let nbkv = s.batch * s.kv_heads;
+            // The kernels index the scratch in 64 bits; the shape bounds of problem.rs keep
+            // every count here far from overflowing usize.
+            Some(DecPlan {
+                r,
+                xpad,
+                nslice: s.head_dim.div_ceil(c.cols),
+                nbkv,
+            })
+        } else {
+            None
+        };
         Ok(Plan {
             fast,
             dp,
@@ -240,26 +414,46 @@ impl GpuPath for Exact {
             nkv,
             bh,
             dt: dtype.code() as usize,
+            dec,
         })
     }
 
-    fn scratch(&self, _p: &Problem, pl: &Plan, check: bool) -> Vec<usize> {
+    fn scratch(&self, p: &Problem, pl: &Plan, check: bool) -> Vec<usize> {
         // The prepared query rows are only read by the generic kernel and the device scan (the
         // fast kernels prepare their own); without either they take 4 bytes, not B·Hq·Sq·DP·4.
-        let q_rows = if check || pl.fast.is_none() { pl.nq } else { 1 };
+        // The decode kernels prepare nothing: the prepared K and V exist for the scan only.
+        let generic = pl.fast.is_none() && pl.dec.is_none();
+        let q_rows = if check || generic { pl.nq } else { 1 };
+        let kv_rows = if check || pl.dec.is_none() { pl.nkv } else { 1 };
         let f32s = |n: usize| 4 * n.max(1);
-        vec![
-            f32s(3),                                                 // flags
-            f32s(q_rows * pl.dp),                                    // qp
-            f32s(pl.nkv * pl.dp),                                    // kp
-            f32s(pl.nkv * pl.dp),                                    // vp
-            f32s(q_rows),                                            // sq
-            f32s(pl.nkv),                                            // sk
-            f32s(q_rows),                                            // badq
-            f32s(pl.nkv),                                            // badk
-            f32s(pl.nkv),                                            // badv
-            f32s(if pl.fast.is_none() { pl.nq * pl.dp } else { 1 }), // acc
-        ]
+        let mut sizes = vec![
+            f32s(3),                                       // flags
+            f32s(q_rows * pl.dp),                          // qp
+            f32s(kv_rows * pl.dp),                         // kp
+            f32s(kv_rows * pl.dp),                         // vp
+            f32s(q_rows),                                  // sq
+            f32s(kv_rows),                                 // sk
+            f32s(q_rows),                                  // badq
+            f32s(kv_rows),                                 // badk
+            f32s(kv_rows),                                 // badv
+            f32s(if generic { pl.nq * pl.dp } else { 1 }), // acc
+        ];
+        let [x, tm, acc, l, bv] = match pl.dec {
+            Some(d) => {
+                let rows = d.nbkv * d.r;
+                [
+                    rows * d.xpad,
+                    rows * (d.xpad / TILE),
+                    rows * p.shape().head_dim,
+                    rows,
+                    rows * d.nslice,
+                ]
+            }
+            None => [0; 5],
+        };
+        // x, tm, bk (one word per tm entry), acc, l, bv
+        sizes.extend([x, tm, tm, acc, l, bv].map(f32s));
+        sizes
     }
 
     fn launches(
@@ -284,6 +478,7 @@ impl GpuPath for Exact {
                     params: vec![bytemuck::bytes_of(&base).to_vec()],
                 });
             }
+            Step::Compute { .. } if pl.dec.is_some() => self.decode(p, pl, io, sc, &mut out),
             Step::Compute { checked } => {
                 if !checked {
                     self.prepare(p, pl, &base, pl.fast.is_none(), &mut out);
@@ -345,6 +540,90 @@ impl Exact {
             group: s.group() as i32,
             top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
             ..Params::default()
+        }
+    }
+
+    /// The decode kernels (kernels/exact.cu, "decode"): scores, chains, division, each one launch
+    /// per grid slice of KV heads.
+    fn decode(&self, p: &Problem, pl: &Plan, io: &Io, sc: Scratch, out: &mut Vec<Launch>) {
+        let Some(d) = pl.dec else { return };
+        let s = p.shape();
+        let layout = p.mask();
+        let [x, tm, bk, acc, l, bv] = sc.dec;
+        let base = DecParams {
+            q: io.q.addr,
+            k: io.k.addr,
+            v: io.v.addr,
+            mask: io.mask,
+            out: io.out.addr,
+            kv_lens: io.kv_lens,
+            x,
+            tm,
+            bk,
+            acc,
+            l,
+            bv,
+            q_bs: io.q.bs,
+            q_hs: io.q.hs,
+            q_ss: io.q.ss,
+            k_bs: io.k.bs,
+            k_hs: io.k.hs,
+            k_ss: io.k.ss,
+            v_bs: io.v.bs,
+            v_hs: io.v.hs,
+            v_ss: io.v.ss,
+            o_bs: io.out.bs,
+            o_hs: io.out.hs,
+            o_ss: io.out.ss,
+            b: s.batch as i32,
+            hq: s.q_heads as i32,
+            hkv: s.kv_heads as i32,
+            sq_len: s.q_len as i32,
+            skv: s.kv_len as i32,
+            d: s.head_dim as i32,
+            group: s.group() as i32,
+            r: d.r as i32,
+            xpad: d.xpad as i32,
+            nslice: d.nslice as i32,
+            causal: i32::from(p.causal()),
+            top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
+            has_mask: i32::from(layout.is_some()),
+            mask_per_batch: i32::from(layout.is_some_and(|l| l.per_batch)),
+            mask_per_head: i32::from(layout.is_some_and(|l| l.per_head)),
+            propagate: i32::from(p.nonfinite() == NonFinitePolicy::Propagate),
+            bkv0: 0,
+            scale: p.scale(),
+        };
+        let c = self.dec_cfg;
+        // (kernel, grid x, threads, dynamic shared bytes): scores one block per tile of keys (or
+        // per stage, past the narrow head dims), chains one per column slice, division one per row.
+        let scores = if s.head_dim <= c.narrow_dim {
+            (0, d.xpad / TILE, c.threads, c.scores_smem(s.head_dim))
+        } else {
+            (1, d.xpad / c.keys, c.threads, 0)
+        };
+        let steps = [
+            scores,
+            (2, d.nslice, c.threads, c.values_smem),
+            (3, d.r, c.finish_threads, 0),
+        ];
+        for (k, gx, threads, smem) in steps {
+            let mut h0 = 0;
+            while h0 < d.nbkv {
+                let n = (d.nbkv - h0).min(MAX_GRID_Y);
+                let prm = DecParams {
+                    bkv0: h0 as i32,
+                    ..base
+                };
+                out.push(Launch {
+                    kernel: self.dec[k][pl.dt].clone(),
+                    grid: (gx as u32, n as u32, 1),
+                    block: threads,
+                    smem,
+                    params: vec![bytemuck::bytes_of(&prm).to_vec()],
+                });
+                h0 += n;
+            }
         }
     }
 

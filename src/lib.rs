@@ -109,15 +109,17 @@ mod path;
 pub mod problem;
 pub mod tensor;
 
-pub use digest::{DIGEST_VERSION, Digest, digest, digest_of};
+pub use digest::{DIGEST_VERSION, Digest, digest, digest_of, lse_digest};
 pub use dtype::{DType, Element};
 pub use engine::{Backend, Engine};
 pub use error::{Error, Result, TensorName};
 pub use half::{bf16, f16};
 pub use numerics::CONTRACT_VERSION;
 pub use path::Path;
-pub use problem::{CausalAlign, MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Shape};
-pub use tensor::{Layout, Order, Qkv, Tensor, TensorMut};
+pub use problem::{
+    CausalAlign, MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Sequence, Shape, Varlen,
+};
+pub use tensor::{KvCache, Layout, Order, PagedKv, Qkv, QkvCache, Tensor, TensorMut};
 
 // The README's Rust example, compiled and run by `cargo test --doc` (doctests only; no item in the
 // built library).

@@ -11,11 +11,14 @@
 //!   with no valid key, NaN for exactly the poisoned rows under `Propagate`;
 //! - every typed error of these interfaces, before any write.
 
+mod layout_common;
+
 use detattn::inputs::{GenOptions, SplitMix64, generate, paginate};
 use detattn::{
     CausalAlign, Element, Engine, Error, KvCache, Layout, MaskLayout, NonFinitePolicy, PagedKv,
     Problem, QkvCache, Shape, Tensor, TensorMut, TensorName, bf16, f16,
 };
+use layout_common::random_options;
 use proptest::prelude::*;
 
 fn bits<T: Element>(v: &[T]) -> Vec<u32> {
@@ -55,31 +58,14 @@ fn contiguous<'a, T>(p: &Problem, k: &'a [T], v: &'a [T]) -> KvCache<'a, T> {
     }
 }
 
-/// A random problem: dims, GQA/MQA, causal either alignment, key lengths (mostly not multiples
-/// of the page size), a mask a quarter of the time.
+/// A random problem: dims, GQA/MQA, and the layout tests' random options (causal either
+/// alignment, key lengths — mostly not multiples of the page size — a mask a quarter of the time).
 fn random_problem(rng: &mut SplitMix64) -> Problem {
     let mut r = |n: usize| (rng.next_u64() % n as u64) as usize;
     let d = [1, 3, 8, 64, 80, 128, 300][r(7)];
     let (b, hkv, g) = (1 + r(3), 1 + r(2), 1 + r(3));
-    let sq = 1 + r(20);
-    let skv = 1 + r(300);
-    let mut pb = Problem::builder(Shape::new(b, hkv * g, hkv, sq, skv, d))
-        .causal(r(2) == 0)
-        .causal_align(if r(2) == 0 {
-            CausalAlign::TopLeft
-        } else {
-            CausalAlign::BottomRight
-        });
-    if r(2) == 0 {
-        pb = pb.kv_lens((0..b).map(|_| r(skv + 1)).collect());
-    }
-    if r(4) == 0 {
-        pb = pb.mask(MaskLayout {
-            per_batch: r(2) == 0,
-            per_head: r(2) == 0,
-        });
-    }
-    pb.build().expect("a valid random problem")
+    let (sq, skv) = (1 + r(20), 1 + r(300));
+    random_options(rng, Shape::new(b, hkv * g, hkv, sq, skv, d))
 }
 
 fn paged_vs_contiguous<T: Element>(p: &Problem, seed: u64, page_size: usize) {

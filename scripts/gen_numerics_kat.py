@@ -36,4 +36,16 @@ with open("tests/data/fma_kat.txt", "w") as f:
 with open("tests/data/scale_kat.txt", "w") as f:
     for D in list(range(1, 300)) + [1000, 4096, 8191, 8192]:
         f.write(f"{D} {int(np.float32(R.default_scale(D)).view(np.uint32)):08x}\n")
+# §10 log-sum-exp from a row's final state (m, l): l in [W, 1/4] (and exactly W, 1/4, 1, and 0
+# for a row with no valid key), m any finite f32 incl. ±FLT_MAX. Appended last, so the files
+# above keep their bytes (the same draws come first).
+lb = rng.integers(0x32800000, 0x3E800001, n, dtype=np.uint64).astype(np.uint32)
+lb[:4] = [0x32800000, 0x3E800000, 0x3F800000, 0]
+mb = rb()
+mb[:6] = [0, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000, 0xC1200000, 0x00000001]
+mb[6:200] = R.bits((rng.random(194) * 40 - 20).astype(np.float32))
+ls = R.lse32(R.from_bits(mb), R.from_bits(lb))
+with open("tests/data/lse_kat.txt", "w") as f:
+    for x, y, r in zip(mb, lb, R.bits(ls)):
+        f.write(f"{int(x):08x} {int(y):08x} {int(r):08x}\n")
 print("ok")

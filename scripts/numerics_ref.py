@@ -6,6 +6,8 @@ It re-implements, with NumPy, bit for bit:
 * the seeded input generator (`src/inputs.rs` module docs): SplitMix64, value and mask rules;
 * the `Exact` algorithm of `docs/numerics.md` (sections 1-7) in IEEE binary32, round to nearest
   even, subnormals kept;
+* the log-sum-exp output of section 10, and variable-length batches (section 1: each sequence
+  computed alone; the packed output digested);
 * the output digest (`src/digest.rs` module docs): SHA-256 over a canonical encoding;
 
 and compares the digests of the golden problems (`src/golden.rs`) with the pinned digests in
@@ -70,6 +72,9 @@ ZMIN = f32bits(0xC2A00000)
 W = f32bits(0x32800000)
 R1 = f32bits(0xBFF0F0F1)
 R0 = f32bits(0x4034B4B5)
+LOG_SPLIT = 0x3F2AAAAB
+G = [f32bits(b) for b in (0xBF000000, 0x3EAAAA81, 0xBE7FFF42, 0x3E4CE8F9, 0xBE2AD3A8, 0x3E0F5F33,
+                          0xBDF92F17, 0x3E0F68A7, 0xBE049899)]  # G0 .. G8
 T = 64
 ONE = F32(1.0)
 ZERO = F32(0.0)
@@ -176,6 +181,30 @@ def div32(a, l) -> np.ndarray:
     return fma32(e, r, q)
 
 
+def log_unweighted32(l) -> np.ndarray:
+    """§10 ln(l) - ln(W) for normal positive l."""
+    b = bits(l).astype(np.uint64)
+    e = ((b - np.uint64(LOG_SPLIT)) & np.uint64(0xFF800000)).astype(np.uint32)  # mod 2^32
+    mant = from_bits(((b - e.astype(np.uint64)) & np.uint64(0xFFFFFFFF)).astype(U32))
+    f = (mant - ONE).astype(F32)
+    k = e.view(I32) >> 23  # arithmetic shift
+    p = np.full(f.shape, G[8], dtype=F32)
+    for g in G[7::-1]:
+        p = fma32(p, f, g)
+    r = fma32(p, (f * f).astype(F32), f)
+    kf = (k + 26).astype(F32)
+    y = fma32(kf, LN2_LO, r)
+    return fma32(kf, LN2_HI, y)
+
+
+def lse32(m, l) -> np.ndarray:
+    """§10 the log-sum-exp from the final m, l: m + log_unweighted(lsafe), -inf where l = 0."""
+    m = np.asarray(m, dtype=F32)
+    l = np.asarray(l, dtype=F32)
+    lsafe = np.where(l > 0, l, ONE).astype(F32)
+    return np.where(l > 0, (m + log_unweighted32(lsafe)).astype(F32), F32(-np.inf)).astype(F32)
+
+
 # ---- seeded inputs (src/inputs.rs module docs) ------------------------------------------------
 
 GOLDEN = 0x9E3779B97F4A7C15
@@ -218,6 +247,9 @@ class Case:
     blank_rows_every: int | None = None
     amp: int = 0
     scale: float | None = None
+    page_size: int | None = None  # a paged cache: the same bits as contiguous K/V (a layout)
+    seqlens: tuple | None = None  # varlen: (query lengths, key lengths); dims hold the totals
+    lse: bool = False  # the digest is of the log-sum-exp, as an f32 [B, Hq, Sq, 1] tensor
 
 
 FULL = (True, True)
@@ -263,6 +295,26 @@ CASES = [
     Case("bf16_top_left_more_queries_kv_lens", (2, 4, 4, 40, 33, 128), "bf16", 32, causal=True,
          top_left=True, kv_lens=[33, 12]),
     Case("f32_top_left_d80", (1, 2, 1, 17, 70, 80), "f32", 33, causal=True, top_left=True),
+    Case("f32_kv_lens_with_zero_paged16", (3, 2, 2, 17, 100, 64), "f32", 11, kv_lens=[100, 37, 0],
+         page_size=16),
+    Case("bf16_kv_lens_causal_paged32", (3, 2, 2, 9, 80, 64), "bf16", 12, causal=True,
+         kv_lens=[80, 9, 3], page_size=32),
+    Case("f16_everything_d3_mqa_paged16", (2, 4, 1, 17, 40, 3), "f16", 30, causal=True,
+         kv_lens=[40, 20], mask=FULL, blank_rows_every=5, page_size=16),
+    Case("f32_decode_s1_paged256", (4, 4, 4, 1, 1000, 64), "f32", 16, page_size=256),
+    Case("f32_varlen_mixed_causal", (1, 4, 2, 49, 127, 64), "f32", 40, causal=True,
+         seqlens=([1, 7, 0, 40, 1], [70, 12, 5, 40, 0])),
+    Case("bf16_varlen_top_left", (1, 2, 2, 55, 45, 80), "bf16", 41, causal=True, top_left=True,
+         seqlens=([5, 33, 17], [9, 33, 3])),
+    Case("f16_varlen_mqa_d3", (1, 4, 1, 23, 69, 3), "f16", 42, seqlens=([3, 0, 20], [0, 4, 65])),
+    Case("f16_varlen_causal_paged64", (1, 4, 2, 32, 244, 128), "f16", 43, causal=True,
+         seqlens=([1, 30, 1], [150, 30, 64]), page_size=64),
+    Case("f32_lse_gqa_kv_lens_causal", (3, 4, 2, 9, 80, 64), "f32", 44, causal=True,
+         kv_lens=[80, 9, 0], lse=True),
+    Case("bf16_lse_mask_blank_rows", (2, 2, 2, 17, 70, 32), "bf16", 45, mask=SHARED,
+         blank_rows_every=4, lse=True),
+    Case("f16_lse_varlen_causal", (1, 2, 2, 28, 87, 64), "f16", 46, causal=True,
+         seqlens=([1, 7, 0, 20], [70, 12, 5, 0]), lse=True),
 ]
 
 # The large ones (seconds each), left out by --quick.
@@ -301,8 +353,10 @@ def default_scale(D: int) -> np.float32:
     return F32(1.0 / np.sqrt(F64(D)))
 
 
-def attention_exact(q, k, v, mask, *, causal, kv_lens, scale, out_dtype, top_left=False):
-    """The output `[B, Hq, Sq, D]` in `out_dtype` (f32 or f16 array; bf16 as uint16 bit patterns).
+def attention_exact(q, k, v, mask, *, causal, kv_lens, scale, out_dtype, top_left=False,
+                    with_lse=False):
+    """The output `[B, Hq, Sq, D]` in `out_dtype` (f32 or f16 array; bf16 as uint16 bit patterns)
+    and, with `with_lse`, the §10 log-sum-exp `[B, Hq, Sq]` (f32) as a second value.
     Inputs are finite (NonFinitePolicy::Reject has already passed), so no row is bad (§7)."""
     B, Hq, Sq, D = q.shape
     _, Hkv, Skv, _ = k.shape
@@ -379,6 +433,8 @@ def attention_exact(q, k, v, mask, *, causal, kv_lens, scale, out_dtype, top_lef
         raw = ((bo + 0x7FFF + ((bo >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)).astype(
             np.uint16
         )
+    if with_lse:
+        return raw, lse32(m, l)
     return raw
 
 
@@ -393,10 +449,29 @@ def digest(raw: np.ndarray, dtype: str, path: int = 0) -> str:
 
 
 def run_case(c: Case) -> str:
+    # A paged case (`page_size`) has the contiguous problem's bits: numerics.md §1 defines the
+    # result from the logical K and V rows only, so it is computed here as that problem.
     q, k, v, mask = generate(c)
     scale = F32(c.scale) if c.scale is not None else default_scale(c.dims[5])
-    raw = attention_exact(q, k, v, mask, causal=c.causal, kv_lens=c.kv_lens, scale=scale,
-                          out_dtype=c.dtype, top_left=c.top_left)
+    kw = dict(causal=c.causal, scale=scale, out_dtype=c.dtype, top_left=c.top_left,
+              with_lse=True)
+    if c.seqlens is None:
+        raw, lse = attention_exact(q, k, v, mask, kv_lens=c.kv_lens, **kw)
+    else:
+        # A variable-length batch (numerics.md §1): each sequence is the problem of its own rows
+        # alone (batch 1, its own query and key lengths); the outputs are packed in order.
+        raws, lses = [], []
+        cq = np.cumsum([0] + list(c.seqlens[0]))
+        ck = np.cumsum([0] + list(c.seqlens[1]))
+        for b in range(len(c.seqlens[0])):
+            qs = q[:, :, cq[b]:cq[b + 1]]
+            ks, vs = k[:, :, ck[b]:ck[b + 1]], v[:, :, ck[b]:ck[b + 1]]
+            r, l = attention_exact(qs, ks, vs, None, kv_lens=None, **kw)
+            raws.append(r)
+            lses.append(l)
+        raw, lse = np.concatenate(raws, axis=2), np.concatenate(lses, axis=2)
+    if c.lse:
+        return digest(lse[..., None].astype(F32), "f32")
     return digest(raw, c.dtype)
 
 

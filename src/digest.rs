@@ -12,6 +12,9 @@
 //! | 4·8 | output shape `[B, Hq, Sq, D]`, four u64 |
 //! | rest | the output elements' raw encodings, little-endian, in row-major order |
 //!
+//! The log-sum-exp output of a call (docs/numerics.md §10) is digested the same way, as an f32
+//! tensor of shape `[B, Hq, Sq, 1]` ([`lse_digest`]).
+//!
 //! In Python, for a NumPy output `o` (f32 or f16; for bf16 pass the uint16 bit patterns):
 //!
 //! ```text
@@ -80,6 +83,13 @@ pub fn digest<T: Element>(path: Path, shape: [usize; 4], out: &[T]) -> Result<Di
     hasher.update(header::<T>(path, shape));
     hash_rows(&mut hasher, out.chunks(4096));
     Ok(Digest(hasher.finalize().into()))
+}
+
+/// Digest of the log-sum-exp output of `problem` (`[B, Hq, Sq]` f32, digested as the f32 tensor
+/// `[B, Hq, Sq, 1]`). [`Error::TensorLength`] when `lse` does not hold one value per query row.
+pub fn lse_digest(path: Path, problem: &Problem, lse: &[f32]) -> Result<Digest> {
+    let s = problem.shape();
+    digest(path, [s.batch, s.q_heads, s.q_len, 1], lse)
 }
 
 /// Digest of the output of `problem` in any layout: the logical `[B, Hq, Sq, D]` elements in

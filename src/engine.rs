@@ -7,7 +7,10 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::path::Path;
 use crate::problem::Problem;
-use crate::tensor::{Fit, Layout, Operand, Operands, Qkv, TensorMut, check_call};
+use crate::tensor::{
+    Fit, KvCache, Layout, Operand, Operands, Paging, Qkv, QkvCache, TensorMut, check_cache_call,
+    check_call,
+};
 use std::fmt;
 
 /// Where to compute.
@@ -203,6 +206,71 @@ impl Engine {
         self.dispatch(problem, inputs, out)
     }
 
+    /// Compute attention with K and V as tensors or a paged cache ([`KvCache`]), into the rows of
+    /// `out` (any layout), and, when `lse` is given, each query row's log-sum-exp of its scaled
+    /// scores (docs/numerics.md §10) into it: one f32 per row, `[B, Hq, Sq]` row-major (for a
+    /// variable-length problem `[Hq, total_q]`, as FlashAttention's `softmax_lse`).
+    ///
+    /// The output bits are those of the same problem with contiguous K and V: a paged cache is a
+    /// layout. Checked first, in the crate's one order (`tensor::check_call`): the tensors'
+    /// extents; for a paged cache the page size ([`Error::PageSize`]), the pages' extents, the
+    /// block table's length ([`Error::TensorLength`]), each sequence's key length against its
+    /// row of the table ([`Error::CacheCapacity`]) and the entries it uses
+    /// ([`Error::BlockTableEntry`]); the mask; the output; `lse`'s length. On error nothing is
+    /// written. Paged caches, variable-length problems and the log-sum-exp run on the CPU
+    /// backend; a GPU engine returns [`Error::FeatureUnavailable`] for them (never ignores them).
+    pub fn run_cache<T: Element>(
+        &self,
+        problem: &Problem,
+        inputs: &QkvCache<'_, T>,
+        out: TensorMut<'_, T>,
+        lse: Option<&mut [f32]>,
+    ) -> Result<()> {
+        let (k, v, paging) = match &inputs.kv {
+            KvCache::Tensors { k, v } => (k.into(), v.into(), None),
+            KvCache::Paged(c) => ((&c.k).into(), (&c.v).into(), Some(Paging::from(c))),
+        };
+        let ops = Operands {
+            q: (&inputs.q).into(),
+            k,
+            v,
+            mask: inputs.mask.map(<[bool]>::len),
+            out: (&out).into(),
+        };
+        check_cache_call(
+            problem,
+            &ops,
+            paging,
+            lse.as_deref().map(<[f32]>::len),
+            Fit::AtLeast,
+        )?;
+        match &self.inner {
+            Inner::Cpu(c) => c.run(problem, inputs, out, lse),
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(c) => {
+                let unavailable = |feature| Error::FeatureUnavailable {
+                    feature,
+                    backend: format!("{} ({} path)", c.describe(), self.path),
+                    reason: "the GPU kernels do not implement it yet; the CPU backend does, with \
+                             the same bits",
+                };
+                let KvCache::Tensors { k, v } = inputs.kv else {
+                    return Err(unavailable("a paged KV cache"));
+                };
+                if lse.is_some() {
+                    return Err(unavailable("the log-sum-exp output"));
+                }
+                let x = Qkv {
+                    q: inputs.q,
+                    k,
+                    v,
+                    mask: inputs.mask,
+                };
+                c.run_host(self.path, problem, &x, out)
+            }
+        }
+    }
+
     fn check<T>(&self, p: &Problem, x: &Qkv<'_, T>, out_len: usize, fit: Fit) -> Result<()> {
         let s = p.shape();
         let ops = Operands {
@@ -222,7 +290,7 @@ impl Engine {
         out: TensorMut<'_, T>,
     ) -> Result<()> {
         match &self.inner {
-            Inner::Cpu(c) => c.run(p, x, out),
+            Inner::Cpu(c) => c.run(p, &(*x).into(), out, None),
             #[cfg(feature = "cuda")]
             Inner::Cuda(c) => c.run_host(self.path, p, x, out),
         }

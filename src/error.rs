@@ -16,6 +16,10 @@ pub enum TensorName {
     Mask,
     /// The output, `[B, Hq, Sq, D]`.
     Out,
+    /// The block table of a paged KV cache, `[sequences, max_pages]`.
+    BlockTable,
+    /// The log-sum-exp output, one f32 per query row (`[B, Hq, Sq]`).
+    Lse,
 }
 
 impl fmt::Display for TensorName {
@@ -26,6 +30,8 @@ impl fmt::Display for TensorName {
             TensorName::V => "v",
             TensorName::Mask => "mask",
             TensorName::Out => "out",
+            TensorName::BlockTable => "block_table",
+            TensorName::Lse => "lse",
         })
     }
 }
@@ -77,6 +83,72 @@ pub enum Error {
         value: usize,
         /// The KV tensors' length.
         max: usize,
+    },
+    /// A paged KV cache's page size is not a power of two in 16..=256.
+    #[error("page_size must be a power of two in 16..=256, got {value}")]
+    PageSize {
+        /// What was given.
+        value: usize,
+    },
+    /// A block-table entry that a sequence's keys use does not name a page of the cache.
+    #[error(
+        "block_table[{seq}][{index}] is {value}, not a page of the cache (0..{num_pages}); \
+         sequence {seq} uses its first {used} entries"
+    )]
+    BlockTableEntry {
+        /// The sequence (row of the table).
+        seq: usize,
+        /// The entry (column of the table).
+        index: usize,
+        /// What the entry holds.
+        value: i32,
+        /// Pages in the cache.
+        num_pages: usize,
+        /// Entries the sequence uses, `ceil(L / page_size)`.
+        used: usize,
+    },
+    /// A sequence has more keys than its row of the block table can hold.
+    #[error(
+        "sequence {seq} has {len} keys, more than its block-table row holds \
+         ({max_pages} pages of {page_size} = {capacity})"
+    )]
+    CacheCapacity {
+        /// The sequence.
+        seq: usize,
+        /// Its key length.
+        len: usize,
+        /// Columns of the block table.
+        max_pages: usize,
+        /// Keys per page.
+        page_size: usize,
+        /// `max_pages · page_size`.
+        capacity: usize,
+    },
+    /// A cumulative sequence-length array of a variable-length batch is malformed.
+    #[error("{name} {reason}")]
+    CuSeqlens {
+        /// `cu_seqlens_q` or `cu_seqlens_k`.
+        name: &'static str,
+        /// What is wrong, as text.
+        reason: String,
+    },
+    /// Two options of a problem or call that do not combine.
+    #[error("{first} cannot be combined with {second}")]
+    IncompatibleOptions {
+        /// One option, as text.
+        first: &'static str,
+        /// The other, as text.
+        second: &'static str,
+    },
+    /// The backend does not offer this feature (yet); the CPU backend does.
+    #[error("{feature} is not available on the {backend} backend: {reason}")]
+    FeatureUnavailable {
+        /// The feature asked for.
+        feature: &'static str,
+        /// The backend (and path, where one was chosen).
+        backend: String,
+        /// Why, and where it runs instead.
+        reason: &'static str,
     },
     /// A tensor's size in elements overflows the address space.
     #[error("{tensor} has too many elements for this platform ({what})")]
@@ -272,7 +344,13 @@ impl Error {
             | Error::HeadDimUnsupported { .. }
             | Error::DTypeUnsupported { .. }
             | Error::PathUnavailable { .. }
-            | Error::WrongDevice { .. } => true,
+            | Error::WrongDevice { .. }
+            | Error::PageSize { .. }
+            | Error::BlockTableEntry { .. }
+            | Error::CacheCapacity { .. }
+            | Error::CuSeqlens { .. }
+            | Error::IncompatibleOptions { .. }
+            | Error::FeatureUnavailable { .. } => true,
             Error::DeviceMemory { .. }
             | Error::ThreadPool { .. }
             | Error::NoCudaDriver { .. }

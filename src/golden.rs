@@ -8,13 +8,14 @@
 //! recorded for another). `tests/golden.rs` checks the CPU against them and `detattn selftest`
 //! checks every available backend against the same files, compiled into the binary.
 
-use crate::digest::{Digest, digest};
+use crate::digest::{Digest, digest, lse_digest};
 use crate::dtype::{DType, Element};
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::inputs::{GenOptions, generate};
+use crate::inputs::{GenOptions, generate, paginate};
 use crate::path::Path;
 use crate::problem::{CausalAlign, MaskLayout, NonFinitePolicy, Problem, Shape};
+use crate::tensor::{KvCache, Layout, QkvCache, Tensor, TensorMut};
 use half::{bf16, f16};
 
 /// One golden problem.
@@ -38,6 +39,14 @@ pub struct GoldenCase {
     pub scale: Option<f32>,
     /// Input generation.
     pub inputs: GenOptions,
+    /// K and V placed in a paged cache of this page size ([`crate::inputs::paginate`], shuffled
+    /// by the case's seed): the digest is that of the contiguous problem by construction.
+    pub page_size: Option<usize>,
+    /// A variable-length batch: the sequences' query and key lengths (`dims` then holds batch 1
+    /// and the packed totals).
+    pub seqlens: Option<(&'static [usize], &'static [usize])>,
+    /// The digest is of the log-sum-exp output (`crate::lse_digest`), not of the output.
+    pub lse: bool,
 }
 
 impl GoldenCase {
@@ -57,16 +66,29 @@ impl GoldenCase {
         if let Some(s) = self.scale {
             pb = pb.scale(s);
         }
+        if let Some((q, k)) = self.seqlens {
+            pb = pb.varlen(cumulative(q), cumulative(k));
+        }
         pb.build().expect("golden problems are valid")
     }
 
     /// Whether `path` takes this problem (the `TensorCore` path: f16/bf16, head_dim 64, 128 or
-    /// 256).
+    /// 256; no paged cache, variable-length batch or log-sum-exp).
     pub fn runs_on(&self, path: Path) -> bool {
         match path {
             Path::Exact => true,
-            Path::TensorCore => self.dtype != DType::F32 && [64, 128, 256].contains(&self.dims.5),
+            Path::TensorCore => {
+                self.dtype != DType::F32
+                    && [64, 128, 256].contains(&self.dims.5)
+                    && !self.uses_cache_features()
+            }
         }
+    }
+
+    /// Whether the case uses a paged cache, a variable-length batch or the log-sum-exp, which
+    /// only the CPU backend runs for now (a GPU engine returns `Error::FeatureUnavailable`).
+    pub fn uses_cache_features(&self) -> bool {
+        self.page_size.is_some() || self.seqlens.is_some() || self.lse
     }
 
     /// Generate the inputs, run on `engine`, return the digest (tagged with the engine's path).
@@ -81,13 +103,42 @@ impl GoldenCase {
     fn run_typed<T: Element>(&self, engine: &Engine) -> Result<Digest> {
         let p = self.problem();
         let x = generate::<T>(&p, self.inputs);
-        let out = engine.run(&p, &x.q, &x.k, &x.v, x.mask.as_deref())?;
         let s = p.shape();
-        digest(
-            engine.path(),
-            [s.batch, s.q_heads, s.q_len, s.head_dim],
-            &out,
-        )
+        let dims = [s.batch, s.q_heads, s.q_len, s.head_dim];
+        if !self.uses_cache_features() {
+            let out = engine.run(&p, &x.q, &x.k, &x.v, x.mask.as_deref())?;
+            return digest(engine.path(), dims, &out);
+        }
+        let paged = match self.page_size {
+            Some(ps) => Some(paginate(&p, &x.k, &x.v, ps, self.inputs.seed)?),
+            None => None,
+        };
+        let kl = Layout::bhsd(s.kv_heads, s.kv_len, s.head_dim);
+        let kv = match &paged {
+            Some(c) => KvCache::Paged(c.cache()),
+            None => KvCache::Tensors {
+                k: Tensor::new(&x.k, kl),
+                v: Tensor::new(&x.v, kl),
+            },
+        };
+        let inputs = QkvCache {
+            q: Tensor::new(&x.q, Layout::bhsd(s.q_heads, s.q_len, s.head_dim)),
+            kv,
+            mask: x.mask.as_deref(),
+        };
+        let mut out = vec![T::default(); s.q_elems()];
+        let mut lse = vec![0.0f32; s.batch * s.q_heads * s.q_len];
+        let layout = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+        engine.run_cache(
+            &p,
+            &inputs,
+            TensorMut::new(&mut out, layout),
+            self.lse.then_some(&mut lse[..]),
+        )?;
+        match self.lse {
+            true => lse_digest(engine.path(), &p, &lse),
+            false => digest(engine.path(), dims, &out),
+        }
     }
 }
 
@@ -111,7 +162,20 @@ const fn case(
             amp: 0,
             blank_rows_every: None,
         },
+        page_size: None,
+        seqlens: None,
+        lse: false,
     }
+}
+
+/// `[0, l0, l0 + l1, …]`: the offsets of packed sequences of these lengths.
+pub fn cumulative(lens: &[usize]) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(lens.iter().scan(0, |acc, &l| {
+            *acc += l;
+            Some(*acc)
+        }))
+        .collect()
 }
 
 const fn causal(mut c: GoldenCase) -> GoldenCase {
@@ -138,6 +202,42 @@ const fn amp(mut c: GoldenCase, a: i32) -> GoldenCase {
 }
 const fn scaled(mut c: GoldenCase, s: f32) -> GoldenCase {
     c.scale = Some(s);
+    c
+}
+const fn paged(mut c: GoldenCase, page_size: usize) -> GoldenCase {
+    c.page_size = Some(page_size);
+    c
+}
+/// A variable-length batch of sequences with these query and key lengths (batch 1, the packed
+/// totals as `q_len` and `kv_len`).
+const fn varlen(
+    name: &'static str,
+    heads: (usize, usize),
+    q: &'static [usize],
+    k: &'static [usize],
+    head_dim: usize,
+    dtype: DType,
+    seed: u64,
+) -> GoldenCase {
+    let mut c = case(
+        name,
+        (1, heads.0, heads.1, sum(q), sum(k), head_dim),
+        dtype,
+        seed,
+    );
+    c.seqlens = Some((q, k));
+    c
+}
+const fn sum(x: &[usize]) -> usize {
+    let (mut i, mut t) = (0, 0);
+    while i < x.len() {
+        t += x[i];
+        i += 1;
+    }
+    t
+}
+const fn with_lse(mut c: GoldenCase) -> GoldenCase {
+    c.lse = true;
     c
 }
 
@@ -257,6 +357,118 @@ pub fn cases() -> Vec<GoldenCase> {
             &[33, 12],
         ),
         top_left(case("f32_top_left_d80", (1, 2, 1, 17, 70, 80), F32, 33)),
+        // Paged KV caches: the same problems as above with K and V in shuffled pages; their
+        // digests are those problems' by construction (a paged cache is a layout).
+        paged(
+            lens(
+                case(
+                    "f32_kv_lens_with_zero_paged16",
+                    (3, 2, 2, 17, 100, 64),
+                    F32,
+                    11,
+                ),
+                &[100, 37, 0],
+            ),
+            16,
+        ),
+        paged(
+            lens(
+                causal(case(
+                    "bf16_kv_lens_causal_paged32",
+                    (3, 2, 2, 9, 80, 64),
+                    Bf16,
+                    12,
+                )),
+                &[80, 9, 3],
+            ),
+            32,
+        ),
+        paged(
+            masked(
+                lens(
+                    causal(case(
+                        "f16_everything_d3_mqa_paged16",
+                        (2, 4, 1, 17, 40, 3),
+                        F16,
+                        30,
+                    )),
+                    &[40, 20],
+                ),
+                MaskLayout::FULL,
+                Some(5),
+            ),
+            16,
+        ),
+        paged(
+            case("f32_decode_s1_paged256", (4, 4, 4, 1, 1000, 64), F32, 16),
+            256,
+        ),
+        // Variable-length batches: mixed decode and prefill, empty sequences, GQA, both causal
+        // alignments (per sequence); one paged.
+        causal(varlen(
+            "f32_varlen_mixed_causal",
+            (4, 2),
+            &[1, 7, 0, 40, 1],
+            &[70, 12, 5, 40, 0],
+            64,
+            F32,
+            40,
+        )),
+        top_left(varlen(
+            "bf16_varlen_top_left",
+            (2, 2),
+            &[5, 33, 17],
+            &[9, 33, 3],
+            80,
+            Bf16,
+            41,
+        )),
+        varlen(
+            "f16_varlen_mqa_d3",
+            (4, 1),
+            &[3, 0, 20],
+            &[0, 4, 65],
+            3,
+            F16,
+            42,
+        ),
+        paged(
+            causal(varlen(
+                "f16_varlen_causal_paged64",
+                (4, 2),
+                &[1, 30, 1],
+                &[150, 30, 64],
+                128,
+                F16,
+                43,
+            )),
+            64,
+        ),
+        // The log-sum-exp output (numerics.md §10): rows with no valid key (−inf), causal, GQA,
+        // a mask with blank rows, and a varlen batch.
+        with_lse(lens(
+            causal(case(
+                "f32_lse_gqa_kv_lens_causal",
+                (3, 4, 2, 9, 80, 64),
+                F32,
+                44,
+            )),
+            &[80, 9, 0],
+        )),
+        with_lse(masked(
+            case("bf16_lse_mask_blank_rows", (2, 2, 2, 17, 70, 32), Bf16, 45),
+            MaskLayout::SHARED,
+            Some(4),
+        )),
+        with_lse(causal(varlen(
+            "f16_lse_varlen_causal",
+            (2, 2),
+            &[1, 7, 0, 20],
+            &[70, 12, 5, 0],
+            64,
+            F16,
+            46,
+        ))),
     ]
 }
 

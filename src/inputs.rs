@@ -13,9 +13,15 @@
 //!   (their draws are still taken, so other rows do not move).
 //!
 //! Python, for one value: `((r >> (64 - p)) * 2.0**-(p - 2) - 2) * 2.0**amp`.
+//!
+//! [`paginate`] places generated K and V into a paged cache in a seeded shuffled page order (the
+//! CLI's `--page-size`, the golden paged problems): the bits are those of the contiguous inputs,
+//! so nothing about it needs re-implementing to check a digest.
 
 use crate::dtype::Element;
+use crate::error::Result;
 use crate::problem::Problem;
+use crate::tensor::{Layout, PagedKv, Tensor, check_page_size};
 
 /// SplitMix64 (Steele, Lea, Flood 2014).
 #[derive(Clone, Debug)]
@@ -105,6 +111,98 @@ pub fn generate<T: Element>(problem: &Problem, opts: GenOptions) -> Inputs<T> {
         m
     });
     Inputs { q, k, v, mask }
+}
+
+/// K and V in a paged cache, with its block table ([`paginate`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Paged<T> {
+    /// Key pages, `[num_pages, page_size, Hkv, D]` contiguous ([`Paged::layout`]).
+    pub k: Vec<T>,
+    /// Value pages, the same layout.
+    pub v: Vec<T>,
+    /// `Layout::bshd(Hkv, page_size, D)`: the batch dimension is the page.
+    pub layout: Layout,
+    /// Pages in the cache.
+    pub num_pages: usize,
+    /// Key rows per page.
+    pub page_size: usize,
+    /// `[sequences, max_pages]`, −1 where a sequence uses no page.
+    pub block_table: Vec<i32>,
+    /// Columns of the table: the most pages a sequence uses (at least 1).
+    pub max_pages: usize,
+}
+
+impl<T> Paged<T> {
+    /// The cache as a call takes it.
+    pub fn cache(&self) -> PagedKv<'_, T> {
+        PagedKv {
+            k: Tensor::new(&self.k, self.layout),
+            v: Tensor::new(&self.v, self.layout),
+            num_pages: self.num_pages,
+            page_size: self.page_size,
+            block_table: &self.block_table,
+            max_pages: self.max_pages,
+        }
+    }
+}
+
+/// Place `k` and `v` (contiguous `[B, Hkv, Skv, D]` of `p`: the generator's output) into pages
+/// of `page_size` rows: sequence by sequence ([`Problem::sequence`]), `ceil(L / page_size)` pages
+/// each, plus one page no sequence uses; the pages in the order of a Fisher–Yates shuffle driven
+/// by SplitMix64(`seed`) (for `i` from `n − 1` down to 1, swap `i` with `next_u64() % (i + 1)`):
+/// logical page `n` is physical page `perm[n]`. Rows past a sequence's length, and the spare
+/// page, hold the canonical NaN: a call must never read them. [`crate::Error::PageSize`] for a
+/// page size the cache does not take.
+pub fn paginate<T: Element>(
+    p: &Problem,
+    k: &[T],
+    v: &[T],
+    page_size: usize,
+    seed: u64,
+) -> Result<Paged<T>> {
+    check_page_size(page_size)?;
+    let s = p.shape();
+    let (hkv, d) = (s.kv_heads, s.head_dim);
+    let seqs: Vec<_> = (0..p.sequences()).map(|b| p.sequence(b)).collect();
+    let pages: Vec<usize> = seqs.iter().map(|q| q.key_len.div_ceil(page_size)).collect();
+    let num_pages = pages.iter().sum::<usize>() + 1;
+    let max_pages = pages.iter().copied().max().unwrap_or(0).max(1);
+    let mut perm: Vec<usize> = (0..num_pages).collect();
+    let mut rng = SplitMix64::new(seed);
+    for i in (1..num_pages).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        perm.swap(i, j);
+    }
+    let layout = Layout::bshd(hkv, page_size, d);
+    let n = num_pages * page_size * hkv * d;
+    let (mut kp, mut vp) = (vec![T::canonical_nan(); n], vec![T::canonical_nan(); n]);
+    let mut block_table = vec![-1i32; seqs.len() * max_pages];
+    let logical = Layout::bhsd(hkv, s.kv_len, d);
+    let mut next = 0;
+    for (b, q) in seqs.iter().enumerate() {
+        for page in 0..pages[b] {
+            let phys = perm[next];
+            next += 1;
+            block_table[b * max_pages + page] = phys as i32;
+            for h in 0..hkv {
+                for slot in 0..page_size.min(q.key_len - page * page_size) {
+                    let src = logical.row(q.batch, h, q.k_start + page * page_size + slot);
+                    let dst = layout.row(phys, h, slot);
+                    kp[dst..dst + d].copy_from_slice(&k[src..src + d]);
+                    vp[dst..dst + d].copy_from_slice(&v[src..src + d]);
+                }
+            }
+        }
+    }
+    Ok(Paged {
+        k: kp,
+        v: vp,
+        layout,
+        num_pages,
+        page_size,
+        block_table,
+        max_pages,
+    })
 }
 
 #[cfg(test)]

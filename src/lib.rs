@@ -25,6 +25,11 @@
 //! - **No branch, loop bound or address depends on the values** of Q, K, V or the mask on either
 //!   backend: masked keys contribute zero by selection; only public data (shapes, layouts, key
 //!   lengths, the causal flag) decide what is skipped.
+//! - **KV-cache interfaces** ([`Engine::run_cache`], CPU backend): a paged cache ([`KvCache`],
+//!   [`PagedKv`]: block table of `i32` pages) gives the bits of contiguous K and V; in a
+//!   variable-length batch ([`ProblemBuilder::varlen`]) each sequence gets the bits of that
+//!   sequence computed alone; the optional log-sum-exp per query row has the bits of
+//!   `docs/numerics.md` §10. A GPU engine returns [`Error::FeatureUnavailable`] for them.
 //! - **What runs is what was audited**: the GPU kernels are embedded cubins checked against their
 //!   recorded SHA-256 before loading; no environment variable, file or argument of a default build
 //!   changes which machine code runs (the test-only override needs the `test-override` feature).
@@ -109,15 +114,17 @@ mod path;
 pub mod problem;
 pub mod tensor;
 
-pub use digest::{DIGEST_VERSION, Digest, digest, digest_of};
+pub use digest::{DIGEST_VERSION, Digest, digest, digest_of, lse_digest};
 pub use dtype::{DType, Element};
 pub use engine::{Backend, Engine};
 pub use error::{Error, Result, TensorName};
 pub use half::{bf16, f16};
 pub use numerics::CONTRACT_VERSION;
 pub use path::Path;
-pub use problem::{CausalAlign, MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Shape};
-pub use tensor::{Layout, Order, Qkv, Tensor, TensorMut};
+pub use problem::{
+    CausalAlign, MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Sequence, Shape, Varlen,
+};
+pub use tensor::{KvCache, Layout, Order, PagedKv, Qkv, QkvCache, Tensor, TensorMut};
 
 // The README's Rust example, compiled and run by `cargo test --doc` (doctests only; no item in the
 // built library).

@@ -51,6 +51,25 @@ pub const R1: f32 = f32::from_bits(0xBFF0_F0F1);
 /// Reciprocal seed intercept, 48/17 (§5).
 pub const R0: f32 = f32::from_bits(0x4034_B4B5);
 
+/// §10 Reduction point of `log`: `f32(0x3F2AAAAB)` ≈ 2/3, so the reduced argument lies in
+/// [2/3, 4/3).
+pub const LOG_SPLIT: u32 = 0x3F2A_AAAB;
+/// §10 Coefficients of `log1p(f) ≈ f + f²·(G0 + G1·f + … + G8·f⁸)` on [−1/3, 1/3), `G0` first
+/// (a weighted least-squares fit rounded to f32; under 1 ulp of `log1p` on the range).
+pub const LOG_G: [f32; 9] = [
+    f32::from_bits(0xBF00_0000),
+    f32::from_bits(0x3EAA_AA81),
+    f32::from_bits(0xBE7F_FF42),
+    f32::from_bits(0x3E4C_E8F9),
+    f32::from_bits(0xBE2A_D3A8),
+    f32::from_bits(0x3E0F_5F33),
+    f32::from_bits(0xBDF9_2F17),
+    f32::from_bits(0x3E0F_68A7),
+    f32::from_bits(0xBE04_9899),
+];
+/// §10 `−log2(W)`: the weights carry `W = 2⁻²⁶`, which the log-sum-exp takes back out.
+pub const LOG2_W_INV: i32 = 26;
+
 /// All ones when `c`, else zero: the mask behind every selection.
 #[inline(always)]
 pub fn mask_of(c: bool) -> u32 {
@@ -193,6 +212,33 @@ pub fn finalize(acc: f32, lsafe: f32, maxt: f32) -> f32 {
     o.max(-maxt).min(maxt)
 }
 
+/// §10 `ln(l) − ln(W)` for a normal positive `l` (here `l` is §4's final weight sum, in
+/// [W, 1/4], or 1): the exponent and a polynomial, from fma, add, multiply and bit operations
+/// only (no libm, the same bits everywhere).
+#[inline(always)]
+pub fn log_unweighted(l: f32) -> f32 {
+    let b = l.to_bits();
+    let e = b.wrapping_sub(LOG_SPLIT) & 0xFF80_0000;
+    let f = f32::from_bits(b.wrapping_sub(e)) - 1.0;
+    let k = (e as i32) >> 23;
+    let mut p = LOG_G[8];
+    for &g in LOG_G[..8].iter().rev() {
+        p = p.mul_add(f, g);
+    }
+    let r = p.mul_add(f * f, f);
+    let kf = (k + LOG2_W_INV) as f32;
+    let y = kf.mul_add(LN2_LO, r);
+    kf.mul_add(LN2_HI, y)
+}
+
+/// §10 The log-sum-exp of a row from §4's final state: `m + ln(l) − ln(W)`, and −inf when no
+/// key was valid (`l = 0`). A bad row's NaN (§7) is the caller's selection.
+#[inline(always)]
+pub fn lse(m: f32, l: f32) -> f32 {
+    let y = log_unweighted(l_safe(l));
+    sel(l > 0.0, m + y, f32::NEG_INFINITY)
+}
+
 /// The default scale, `RN_f32(1/sqrt(D))` computed in f64 (§3).
 pub fn default_scale(head_dim: usize) -> f32 {
     (1.0f64 / (head_dim as f64).sqrt()) as f32
@@ -217,6 +263,33 @@ mod tests {
         }
         // numerics.md §6 promises under 4 ulp.
         assert!(worst < 4.0, "worst error {worst} ulp");
+    }
+
+    #[test]
+    fn log_is_accurate_on_the_weight_sums() {
+        // ln(l) − ln(W) against f64 for l on [W, 1/4] (every 97th f32 there) and l = 1.
+        let (lo, hi) = (W.to_bits(), 0.25f32.to_bits());
+        let mut worst = 0.0f64;
+        for b in (lo..=hi).step_by(97).chain([hi, 1.0f32.to_bits()]) {
+            let l = f32::from_bits(b);
+            let got = f64::from(log_unweighted(l));
+            let want = f64::from(l).ln() + 26.0 * std::f64::consts::LN_2;
+            // ulps of the result (≥ 2^-24 absolute: the result near 0 is a difference of logs).
+            let ulp = f64::from(f32::EPSILON) * want.abs().max(0.5);
+            worst = worst.max((got - want).abs() / ulp);
+        }
+        // numerics.md §10 promises under 2 ulp.
+        assert!(worst < 2.0, "worst error {worst} ulp");
+        assert_eq!(log_unweighted(W).to_bits(), 0);
+    }
+
+    #[test]
+    fn lse_of_no_valid_key_is_minus_infinity() {
+        assert_eq!(lse(-FLT_MAX, 0.0), f32::NEG_INFINITY);
+        // One valid key at the maximum: l = W, so the LSE is m itself.
+        for m in [0.0f32, -3.5, 1e30, -FLT_MAX, FLT_MAX] {
+            assert_eq!(lse(m, W).to_bits(), m.to_bits(), "{m}");
+        }
     }
 
     #[test]

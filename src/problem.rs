@@ -138,6 +138,7 @@ pub struct Problem {
     kv_lens: Option<Vec<usize>>,
     mask: Option<MaskLayout>,
     nonfinite: NonFinitePolicy,
+    varlen: Option<Varlen>,
 }
 
 /// Collects a problem's options; [`build`](ProblemBuilder::build) validates them all.
@@ -150,6 +151,76 @@ pub struct ProblemBuilder {
     kv_lens: Option<Vec<usize>>,
     mask: Option<MaskLayout>,
     nonfinite: NonFinitePolicy,
+    varlen: Option<Varlen>,
+}
+
+/// A variable-length batch (as FlashAttention's `flash_attn_varlen_func`): the problem's one
+/// batch element holds `B` sequences packed one after another along the sequence dimension.
+/// Sequence `b` owns query rows `cu_seqlens_q[b] .. cu_seqlens_q[b+1]` and key rows
+/// `cu_seqlens_k[b] .. cu_seqlens_k[b+1]`, and its output rows are, bit for bit, those of the
+/// problem of that sequence alone (batch 1, its own query and key lengths, the same options;
+/// causal alignment uses its own lengths). Offsets are `usize`, as every length of the crate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Varlen {
+    cu_seqlens_q: Vec<usize>,
+    cu_seqlens_k: Vec<usize>,
+}
+
+impl Varlen {
+    /// The query offsets, `B + 1` entries from 0 to `q_len`.
+    pub fn cu_seqlens_q(&self) -> &[usize] {
+        &self.cu_seqlens_q
+    }
+    /// The key offsets, `B + 1` entries from 0 to `kv_len`.
+    pub fn cu_seqlens_k(&self) -> &[usize] {
+        &self.cu_seqlens_k
+    }
+    /// The number of sequences `B`.
+    pub fn sequences(&self) -> usize {
+        self.cu_seqlens_q.len() - 1
+    }
+}
+
+/// Where one sequence of a problem lies: its query rows and keys. Without
+/// [`ProblemBuilder::varlen`] sequence `b` is batch element `b` (rows from 0, `key_len` its key
+/// length); with it, the packed rows of [`Varlen`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sequence {
+    /// The batch element holding its rows.
+    pub batch: usize,
+    /// Its first query row.
+    pub q_start: usize,
+    /// Its query rows.
+    pub q_len: usize,
+    /// Its first key row.
+    pub k_start: usize,
+    /// Its keys (`L`).
+    pub key_len: usize,
+}
+
+/// One cumulative-length array: `B + 1` entries, the first 0, nondecreasing, the last `total`.
+fn check_cu_seqlens(name: &'static str, cu: &[usize], total: usize) -> Result<()> {
+    let bad = |reason: String| Err(Error::CuSeqlens { name, reason });
+    match (cu.first(), cu.last()) {
+        _ if cu.len() < 2 => bad(format!(
+            "must have at least 2 entries (B + 1 for B ≥ 1 sequences), got {}",
+            cu.len()
+        )),
+        (Some(&first), _) if first != 0 => bad(format!("must start at 0, got {first}")),
+        (_, Some(&last)) if last != total => {
+            bad(format!("must end at the packed length {total}, got {last}"))
+        }
+        _ => match cu.windows(2).position(|w| w[1] < w[0]) {
+            Some(i) => bad(format!(
+                "must be nondecreasing: entry {} is {}, entry {} is {}",
+                i,
+                cu[i],
+                i + 1,
+                cu[i + 1]
+            )),
+            None => Ok(()),
+        },
+    }
 }
 
 impl ProblemBuilder {
@@ -192,6 +263,22 @@ impl ProblemBuilder {
     /// The non-finite input policy (default [`NonFinitePolicy::Reject`]).
     pub fn nonfinite(mut self, policy: NonFinitePolicy) -> Self {
         self.nonfinite = policy;
+        self
+    }
+
+    /// A variable-length batch ([`Varlen`]): the shape's batch must be 1, `q_len` the packed
+    /// query length (`cu_seqlens_q`'s last entry) and `kv_len` the packed key length; the
+    /// tensors are the packed `[1, H, total, D]` ones (packed `[total, H, D]` memory is
+    /// [`crate::Layout::bshd`]). Sequences may have 0 query rows or 0 keys (their rows are then
+    /// +0, §5). Combines with causal (either alignment, per sequence), GQA/MQA, the scale and
+    /// either non-finite policy; not with `kv_lens` or a mask
+    /// ([`Error::IncompatibleOptions`]: the lengths are the offsets' differences, and a dense
+    /// mask has no per-sequence shape).
+    pub fn varlen(mut self, cu_seqlens_q: Vec<usize>, cu_seqlens_k: Vec<usize>) -> Self {
+        self.varlen = Some(Varlen {
+            cu_seqlens_q,
+            cu_seqlens_k,
+        });
         self
     }
 
@@ -241,6 +328,37 @@ impl ProblemBuilder {
                 });
             }
         }
+        if let Some(v) = &self.varlen {
+            let incompatible = |second| {
+                Err(Error::IncompatibleOptions {
+                    first: "a variable-length batch (cu_seqlens)",
+                    second,
+                })
+            };
+            if s.batch != 1 {
+                return incompatible(
+                    "batch > 1 (the sequences are packed into one batch element: batch must be 1)",
+                );
+            }
+            if self.kv_lens.is_some() {
+                return incompatible("kv_lens (the key lengths are cu_seqlens_k's differences)");
+            }
+            if self.mask.is_some() {
+                return incompatible("a boolean mask");
+            }
+            check_cu_seqlens("cu_seqlens_q", &v.cu_seqlens_q, s.q_len)?;
+            check_cu_seqlens("cu_seqlens_k", &v.cu_seqlens_k, s.kv_len)?;
+            if v.cu_seqlens_q.len() != v.cu_seqlens_k.len() {
+                return Err(Error::CuSeqlens {
+                    name: "cu_seqlens_k",
+                    reason: format!(
+                        "must have as many entries as cu_seqlens_q ({}), got {}",
+                        v.cu_seqlens_q.len(),
+                        v.cu_seqlens_k.len()
+                    ),
+                });
+            }
+        }
         // Sizes must fit in usize (and so in the GPU's 64-bit offsets).
         let q = checked_product(TensorName::Q, &[s.batch, s.q_heads, s.q_len, s.head_dim])?;
         checked_product(TensorName::K, &[s.batch, s.kv_heads, s.kv_len, s.head_dim])?;
@@ -256,6 +374,7 @@ impl ProblemBuilder {
             kv_lens: self.kv_lens,
             mask: self.mask,
             nonfinite: self.nonfinite,
+            varlen: self.varlen,
         };
         if p.mask.is_some() {
             let dims = p.mask_dims();
@@ -285,6 +404,7 @@ impl Problem {
             kv_lens: None,
             mask: None,
             nonfinite: NonFinitePolicy::default(),
+            varlen: None,
         }
     }
 
@@ -322,6 +442,60 @@ impl Problem {
     /// The non-finite policy.
     pub fn nonfinite(&self) -> NonFinitePolicy {
         self.nonfinite
+    }
+    /// The variable-length batch, if the problem is one.
+    pub fn varlen(&self) -> Option<&Varlen> {
+        self.varlen.as_ref()
+    }
+
+    /// The number of sequences: `B` of the [`Varlen`] batch, else the shape's batch.
+    pub fn sequences(&self) -> usize {
+        self.varlen
+            .as_ref()
+            .map_or(self.shape.batch, Varlen::sequences)
+    }
+
+    /// Where sequence `b` lies (see [`Sequence`]).
+    ///
+    /// # Panics
+    /// If `b >= sequences()`, as [`kv_len_of`](Problem::kv_len_of).
+    pub fn sequence(&self, b: usize) -> Sequence {
+        match &self.varlen {
+            None => Sequence {
+                batch: b,
+                q_start: 0,
+                q_len: self.shape.q_len,
+                k_start: 0,
+                key_len: self.kv_len_of(b),
+            },
+            Some(v) => Sequence {
+                batch: 0,
+                q_start: v.cu_seqlens_q[b],
+                q_len: v.cu_seqlens_q[b + 1] - v.cu_seqlens_q[b],
+                k_start: v.cu_seqlens_k[b],
+                key_len: v.cu_seqlens_k[b + 1] - v.cu_seqlens_k[b],
+            },
+        }
+    }
+
+    /// Sequence `b` of a variable-length problem as a problem of its own: batch 1, its query
+    /// and key lengths, the same options. A length of 0 becomes a length of 1 (the smallest
+    /// shape) with a key length of 0 (no key is read: §5 makes its rows +0); a sequence of
+    /// no query rows has nothing to compute. Without varlen, the problem itself.
+    pub(crate) fn sequence_problem(&self, b: usize) -> Problem {
+        let Some(_) = &self.varlen else {
+            return self.clone();
+        };
+        let q = self.sequence(b);
+        let mut shape = self.shape;
+        shape.q_len = q.q_len.max(1);
+        shape.kv_len = q.key_len.max(1);
+        Problem {
+            shape,
+            kv_lens: (q.key_len == 0).then(|| vec![0]),
+            varlen: None,
+            ..self.clone()
+        }
     }
 
     /// The mask's dimensions `[Bm, Hm, Sq, Skv]` (only meaningful when a mask is declared).

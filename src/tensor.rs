@@ -13,10 +13,19 @@
 //! must not overlap ([`Error::OutputOverlap`]), and nothing outside the output's rows is written
 //! (elements between them are left as they were).
 //!
+//! K and V may also be a **paged cache** ([`PagedKv`], as vLLM's and FlashAttention's
+//! `block_table`): `num_pages` pages of `page_size` key rows, each tensor logically
+//! `[num_pages, Hkv, page_size, D]` with a [`Layout`] whose batch dimension is the page, and a
+//! block table of `i32` page numbers, one row per sequence. Key row `(b, h, j)` is row
+//! `j % page_size` of head `h` of page `block_table[b][j / page_size]`. Paging is a layout too:
+//! the bits are those of the contiguous K and V.
+//!
 //! [`check_call`] is the validation every entry point runs first, host or device, CPU or GPU,
-//! in one order: the extents of q, k, v against their buffers, then the mask, then the output's
-//! extent and its rows' disjointness. The path's own limits (dtype, head dim, alignment) follow,
-//! then (device entry points) the devices, then the non-finite policy.
+//! in one order: the extents of q, k, v against their buffers (for a paged cache: the page size,
+//! the pages' extents, the block table's length, then each sequence's capacity and the table
+//! entries it uses), then the mask, then the output's extent and its rows' disjointness, then the
+//! log-sum-exp output's length. The path's own limits (dtype, head dim, alignment) follow, then
+//! (device entry points) the devices, then the non-finite policy.
 
 use crate::dtype::Element;
 use crate::error::{Error, Result, TensorName};
@@ -222,6 +231,179 @@ impl<'a, T> Qkv<'a, T> {
     }
 }
 
+/// Smallest page size of a paged cache.
+pub const MIN_PAGE_SIZE: usize = 16;
+/// Largest page size of a paged cache.
+pub const MAX_PAGE_SIZE: usize = 256;
+
+/// A paged KV cache (module docs). `k` and `v` are logically `[num_pages, Hkv, page_size, D]`
+/// at their layouts (`[num_pages, page_size, Hkv, D]` contiguous is
+/// `Layout::bshd(Hkv, page_size, D)`). `block_table` is `[sequences, max_pages]`, row-major, one
+/// row per sequence of the problem ([`Problem::sequences`]). Only the entries a sequence's keys
+/// use are read and checked (the first `ceil(L / page_size)` of its row); the others may hold
+/// anything (e.g. −1). The table and the key lengths are public: they decide addresses.
+#[derive(Clone, Copy, Debug)]
+pub struct PagedKv<'a, T> {
+    /// The key pages.
+    pub k: Tensor<'a, T>,
+    /// The value pages.
+    pub v: Tensor<'a, T>,
+    /// Pages in the cache.
+    pub num_pages: usize,
+    /// Key rows per page: a power of two in 16..=256.
+    pub page_size: usize,
+    /// `[sequences, max_pages]` page numbers.
+    pub block_table: &'a [i32],
+    /// Columns of the block table.
+    pub max_pages: usize,
+}
+
+/// K and V of a call: tensors of any [`Layout`], or a paged cache.
+#[derive(Clone, Copy, Debug)]
+pub enum KvCache<'a, T> {
+    /// K and V as `[B, Hkv, Skv, D]` tensors.
+    Tensors {
+        /// Keys.
+        k: Tensor<'a, T>,
+        /// Values.
+        v: Tensor<'a, T>,
+    },
+    /// A paged cache.
+    Paged(PagedKv<'a, T>),
+}
+
+/// The inputs of a call whose K and V may be a paged cache: Q (any layout), the [`KvCache`], and
+/// the optional mask as in [`Qkv`].
+#[derive(Clone, Copy, Debug)]
+pub struct QkvCache<'a, T> {
+    /// Queries, logically `[B, Hq, Sq, D]`.
+    pub q: Tensor<'a, T>,
+    /// Keys and values.
+    pub kv: KvCache<'a, T>,
+    /// The mask, if the problem declares one.
+    pub mask: Option<&'a [bool]>,
+}
+
+impl<'a, T> From<Qkv<'a, T>> for QkvCache<'a, T> {
+    fn from(x: Qkv<'a, T>) -> Self {
+        QkvCache {
+            q: x.q,
+            kv: KvCache::Tensors { k: x.k, v: x.v },
+            mask: x.mask,
+        }
+    }
+}
+
+/// Where key (or value) row `(b, h, j)` lies, for a tensor or a paged cache. Only built for
+/// inputs that passed [`check_call`] (then every row a problem reads is inside its buffer).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KvRows<'a> {
+    Layout(Layout),
+    Paged {
+        layout: Layout,
+        table: &'a [i32],
+        max_pages: usize,
+        page_size: usize,
+    },
+}
+
+impl KvRows<'_> {
+    /// The element index of row `(b, h, j)`; `b` is the sequence for a paged cache.
+    #[inline]
+    pub(crate) fn row(&self, b: usize, h: usize, j: usize) -> usize {
+        match *self {
+            KvRows::Layout(l) => l.row(b, h, j),
+            KvRows::Paged {
+                layout,
+                table,
+                max_pages,
+                page_size,
+            } => layout.row(
+                table[b * max_pages + j / page_size] as usize,
+                h,
+                j % page_size,
+            ),
+        }
+    }
+
+    /// The rows of sequence `seq` of `p` alone, as sequence 0 (for [`Problem::sequence_problem`]).
+    pub(crate) fn of_sequence(&self, p: &Problem, seq: usize) -> Self {
+        let s = p.sequence(seq);
+        match *self {
+            // Sequence `seq` becomes batch element 0 of its own problem.
+            KvRows::Layout(l) => KvRows::Layout(l.with_offset(l.row(s.batch, 0, s.k_start))),
+            KvRows::Paged {
+                layout,
+                table,
+                max_pages,
+                page_size,
+            } => KvRows::Paged {
+                layout,
+                table: &table[seq * max_pages..(seq + 1) * max_pages],
+                max_pages,
+                page_size,
+            },
+        }
+    }
+}
+
+/// One input of K or V as the backends read it: its buffer and where its rows are.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KvSource<'a, T> {
+    pub data: &'a [T],
+    pub rows: KvRows<'a>,
+}
+
+impl<'a, T> KvSource<'a, T> {
+    /// Row `(b, h, j)`, `d` elements.
+    #[inline]
+    pub(crate) fn row(&self, b: usize, h: usize, j: usize, d: usize) -> &'a [T] {
+        &self.data[self.rows.row(b, h, j)..][..d]
+    }
+}
+
+impl<'a, T> QkvCache<'a, T> {
+    /// K and V as row sources.
+    pub(crate) fn sources(&self) -> (KvSource<'a, T>, KvSource<'a, T>) {
+        let src = |t: &Tensor<'a, T>, rows| KvSource { data: t.data, rows };
+        match &self.kv {
+            KvCache::Tensors { k, v } => (
+                src(k, KvRows::Layout(k.layout)),
+                src(v, KvRows::Layout(v.layout)),
+            ),
+            KvCache::Paged(c) => {
+                let paged = |l| KvRows::Paged {
+                    layout: l,
+                    table: c.block_table,
+                    max_pages: c.max_pages,
+                    page_size: c.page_size,
+                };
+                (src(&c.k, paged(c.k.layout)), src(&c.v, paged(c.v.layout)))
+            }
+        }
+    }
+}
+
+/// What [`check_call`] checks of a paged cache beyond its two tensors' operands.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Paging<'a> {
+    pub num_pages: usize,
+    pub page_size: usize,
+    pub block_table: &'a [i32],
+    pub max_pages: usize,
+}
+
+impl<'a, T> From<&PagedKv<'a, T>> for Paging<'a> {
+    fn from(c: &PagedKv<'a, T>) -> Self {
+        Paging {
+            num_pages: c.num_pages,
+            page_size: c.page_size,
+            block_table: c.block_table,
+            max_pages: c.max_pages,
+        }
+    }
+}
+
 /// One tensor of a call as [`check_call`] sees it: its buffer length and layout.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Operand {
@@ -279,16 +461,110 @@ pub(crate) fn dims(p: &Problem) -> ([usize; 4], [usize; 4]) {
 
 /// The one validation of a call's tensors (module docs), before any work and any write.
 pub(crate) fn check_call(p: &Problem, ops: &Operands, fit: Fit) -> Result<()> {
+    check_cache_call(p, ops, None, None, fit)
+}
+
+/// [`check_call`] for a call whose K and V may be a paged cache (`paging`; `ops.k` and `ops.v`
+/// are then the pages) and which may ask for the log-sum-exp (`lse`: the output slice's length).
+pub(crate) fn check_cache_call(
+    p: &Problem,
+    ops: &Operands,
+    paging: Option<Paging<'_>>,
+    lse: Option<usize>,
+    fit: Fit,
+) -> Result<()> {
     let (qd, kd) = dims(p);
     check_one(TensorName::Q, qd, &ops.q, fit)?;
-    check_one(TensorName::K, kd, &ops.k, fit)?;
-    check_one(TensorName::V, kd, &ops.v, fit)?;
+    match paging {
+        None => {
+            check_one(TensorName::K, kd, &ops.k, fit)?;
+            check_one(TensorName::V, kd, &ops.v, fit)?;
+        }
+        Some(c) => check_paging(p, ops, c)?,
+    }
     check_mask(p, ops.mask)?;
     match fit {
-        Fit::AtLeast => check_output_extent(qd, ops.out),
+        Fit::AtLeast => check_output_extent(qd, ops.out)?,
         // A contiguous [B, H, S, D] slice: its rows are disjoint by construction.
-        Fit::Exact => check_one(TensorName::Out, qd, &ops.out, fit),
+        Fit::Exact => check_one(TensorName::Out, qd, &ops.out, fit)?,
     }
+    match lse {
+        Some(got) if got != lse_len(p) => Err(Error::TensorLength {
+            tensor: TensorName::Lse,
+            expected: lse_len(p),
+            got,
+            shape: format!("{:?}", &qd[..3]),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A page size must be a power of two in [`MIN_PAGE_SIZE`]`..=`[`MAX_PAGE_SIZE`]
+/// ([`Error::PageSize`]).
+pub fn check_page_size(page_size: usize) -> Result<()> {
+    if page_size.is_power_of_two() && (MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&page_size) {
+        Ok(())
+    } else {
+        Err(Error::PageSize { value: page_size })
+    }
+}
+
+/// Entries of the log-sum-exp output: one per query row, `[B, Hq, Sq]` row-major.
+pub(crate) fn lse_len(p: &Problem) -> usize {
+    let s = p.shape();
+    s.batch * s.q_heads * s.q_len
+}
+
+/// The paged cache's part of [`check_cache_call`]: the page size, the pages against their
+/// buffers, the table's length, then per sequence its capacity and the entries it uses.
+fn check_paging(p: &Problem, ops: &Operands, c: Paging<'_>) -> Result<()> {
+    check_page_size(c.page_size)?;
+    let s = p.shape();
+    let pd = [c.num_pages, s.kv_heads, c.page_size, s.head_dim];
+    check_one(TensorName::K, pd, &ops.k, Fit::AtLeast)?;
+    check_one(TensorName::V, pd, &ops.v, Fit::AtLeast)?;
+    let seqs = p.sequences();
+    let expected = seqs.checked_mul(c.max_pages).ok_or(Error::SizeOverflow {
+        tensor: TensorName::BlockTable,
+        what: format!("[{seqs}, {}]", c.max_pages),
+    })?;
+    if c.block_table.len() != expected {
+        return Err(Error::TensorLength {
+            tensor: TensorName::BlockTable,
+            expected,
+            got: c.block_table.len(),
+            shape: format!("[{seqs}, {}]", c.max_pages),
+        });
+    }
+    for seq in 0..seqs {
+        let len = p.sequence(seq).key_len;
+        let capacity = c.max_pages.saturating_mul(c.page_size);
+        if len > capacity {
+            return Err(Error::CacheCapacity {
+                seq,
+                len,
+                max_pages: c.max_pages,
+                page_size: c.page_size,
+                capacity,
+            });
+        }
+        let used = len.div_ceil(c.page_size);
+        let row = &c.block_table[seq * c.max_pages..][..used];
+        if let Some((index, &value)) = row
+            .iter()
+            .enumerate()
+            .find(|(_, e)| usize::try_from(**e).map_or(true, |e| e >= c.num_pages))
+        {
+            return Err(Error::BlockTableEntry {
+                seq,
+                index,
+                value,
+                num_pages: c.num_pages,
+                used,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The output check of [`check_call`] alone (extent and disjoint rows), for readers of an output
@@ -356,27 +632,54 @@ fn check_mask(p: &Problem, mask: Option<usize>) -> Result<()> {
 
 /// §7 `Reject`: read every (logical) element of q, k and v, then decide once:
 /// [`Error::NonFinite`] naming the first of q, k, v that holds a NaN or ±inf. Whatever the
-/// layouts, only the tensors' own elements are read (a fused buffer's other parts are not).
-/// Inputs must have passed [`check_call`]. (docs/numerics.md §7)
-pub(crate) fn reject_nonfinite<T: Element>(p: &Problem, x: &Qkv<'_, T>) -> Result<()> {
+/// layouts, only the tensors' own elements are read (a fused buffer's other parts are not); of a
+/// paged cache, the key rows of each sequence's length (the rows past it have no defined place:
+/// their table entries are not read). Inputs must have passed [`check_call`].
+/// (docs/numerics.md §7)
+pub(crate) fn reject_nonfinite<T: Element>(p: &Problem, x: &QkvCache<'_, T>) -> Result<()> {
     use rayon::prelude::*;
-    let (qd, kd) = dims(p);
-    let scan = |t: &Tensor<'_, T>, [b, h, s, d]: [usize; 4]| -> u32 {
-        (0..b * h * s)
-            .into_par_iter()
-            .with_min_len(256)
-            .map(|r| {
-                let start = t.layout.row(r / (h * s), (r / s) % h, r % s);
-                t.data[start..start + d]
-                    .iter()
-                    .fold(0u32, |a, e| a | crate::numerics::nonfinite_mask(e.to_f32()))
+    let (qd, [_, hkv, skv, d]) = dims(p);
+    let row_flags = |row: &[T]| {
+        row.iter()
+            .fold(0u32, |a, e| a | crate::numerics::nonfinite_mask(e.to_f32()))
+    };
+    let [b, h, s, _] = qd;
+    let q = (0..b * h * s)
+        .into_par_iter()
+        .with_min_len(256)
+        .map(|r| {
+            let start = x.q.layout.row(r / (h * s), (r / s) % h, r % s);
+            row_flags(&x.q.data[start..start + d])
+        })
+        .reduce(|| 0, |a, b| a | b);
+    // The K and V rows read, as (batch element or sequence, head, rows j0..j1) in pieces of at
+    // most 256 rows (work items of the scan).
+    let lens: Vec<usize> = match &x.kv {
+        KvCache::Tensors { .. } => vec![skv; qd[0]],
+        KvCache::Paged(_) => (0..p.sequences()).map(|b| p.sequence(b).key_len).collect(),
+    };
+    let pieces: Vec<(usize, usize, usize, usize)> = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(b, &n)| {
+            (0..hkv).flat_map(move |hh| {
+                (0..n)
+                    .step_by(256)
+                    .map(move |j0| (b, hh, j0, n.min(j0 + 256)))
             })
+        })
+        .collect();
+    let scan = |src: &KvSource<'_, T>| -> u32 {
+        pieces
+            .par_iter()
+            .map(|&(b, hh, j0, j1)| (j0..j1).fold(0u32, |a, j| a | row_flags(src.row(b, hh, j, d))))
             .reduce(|| 0, |a, b| a | b)
     };
+    let (k, v) = x.sources();
     let flags = [
-        (TensorName::Q, scan(&x.q, qd)),
-        (TensorName::K, scan(&x.k, kd)),
-        (TensorName::V, scan(&x.v, kd)),
+        (TensorName::Q, q),
+        (TensorName::K, scan(&k)),
+        (TensorName::V, scan(&v)),
     ];
     match flags.iter().find(|(_, f)| *f != 0) {
         Some((tensor, _)) => Err(Error::NonFinite { tensor: *tensor }),

@@ -526,3 +526,118 @@ fn info_json_names_the_backends() {
         "{text}"
     );
 }
+
+/// `detattn run --json` with these flags: the parsed document (the run must succeed).
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let o = detattn(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).expect("one JSON value")
+}
+
+#[test]
+fn run_page_size_prints_the_contiguous_digest() {
+    // K and V placed in shuffled pages (rows past the key lengths hold NaN, never read): the
+    // digest of golden case f16_everything_d3_mqa, for several page sizes and both layouts.
+    for extra in [
+        &["--page-size", "16"][..],
+        &["--page-size", "32", "--layout", "bshd"][..],
+        &["--page-size", "256"][..],
+    ] {
+        let args = everything_case(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let v = run_json(&args);
+        assert_eq!(v["page_size"], extra[1].parse::<u64>().unwrap());
+        assert_eq!(
+            v["digest"],
+            snapshot_digest("f16_everything_d3_mqa"),
+            "{extra:?}"
+        );
+    }
+    let o = detattn(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--q-len",
+        "8",
+        "--page-size",
+        "48",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("page_size must be a power of two in 16..=256, got 48"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn run_seqlens_and_lse_print_the_golden_digests() {
+    // golden case f16_lse_varlen_causal: Hq 2, Hkv 2, D 64, f16, causal, seed 46.
+    let base = [
+        "run",
+        "--backend",
+        "cpu",
+        "--q-heads",
+        "2",
+        "--head-dim",
+        "64",
+        "--dtype",
+        "f16",
+        "--causal",
+        "--seqlens-q",
+        "1,7,0,20",
+        "--seqlens-k",
+        "70,12,5,0",
+        "--seed",
+        "46",
+        "--json",
+    ];
+    for extra in [
+        &["--lse"][..],
+        &["--lse", "--page-size", "16", "--layout", "bshd"][..],
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let v = run_json(&args);
+        assert_eq!(
+            v["lse_digest"],
+            snapshot_digest("f16_lse_varlen_causal"),
+            "{extra:?}"
+        );
+        assert_eq!(v["cu_seqlens_q"], serde_json::json!([0, 1, 8, 8, 28]));
+    }
+    // golden case f32_varlen_mixed_causal: the output digest of the packed rows.
+    let v = run_json(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--q-heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--seqlens-q",
+        "1,7,0,40,1",
+        "--seqlens-k",
+        "70,12,5,40,0",
+        "--causal",
+        "--seed",
+        "40",
+        "--json",
+    ]);
+    assert_eq!(v["digest"], snapshot_digest("f32_varlen_mixed_causal"));
+    assert_eq!(v["lse_digest"], serde_json::Value::Null);
+    // --seqlens-q replaces --q-len (a usage error together), and needs --seqlens-k.
+    for args in [
+        &[
+            "run",
+            "--seqlens-q",
+            "1,2",
+            "--seqlens-k",
+            "3,4",
+            "--q-len",
+            "3",
+        ][..],
+        &["run", "--seqlens-q", "1,2"][..],
+    ] {
+        assert_eq!(detattn(args).status.code(), Some(2), "{args:?}");
+    }
+}

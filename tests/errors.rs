@@ -839,6 +839,30 @@ const COVERAGE: &[(&str, &str)] = &[
         "Cuda",
         "messages_of_variants_not_reachable_without_a_gpu (GPU)",
     ),
+    (
+        "PageSize",
+        "tests/kvcache.rs: page_size_must_be_a_power_of_two_in_16_to_256",
+    ),
+    (
+        "BlockTableEntry",
+        "tests/kvcache.rs: a_used_block_table_entry_outside_the_cache_is_an_error",
+    ),
+    (
+        "CacheCapacity",
+        "tests/kvcache.rs: block_table_length_and_capacity",
+    ),
+    (
+        "CuSeqlens",
+        "tests/kvcache.rs: cu_seqlens_must_be_offsets_of_the_packed_rows",
+    ),
+    (
+        "IncompatibleOptions",
+        "tests/kvcache.rs: varlen_options_that_do_not_combine_are_typed_errors",
+    ),
+    (
+        "FeatureUnavailable",
+        "tests/kvcache.rs: the_gpu_paths_refuse_a_varlen_problem_instead_of_ignoring_it",
+    ),
 ];
 
 /// The variant names of `pub enum Error` in src/error.rs: the lines inside the enum indented by

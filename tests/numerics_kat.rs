@@ -1,9 +1,9 @@
 //! Known answers for the contract's scalar steps, computed by the independent Python
 //! re-implementation of docs/numerics.md (`scripts/gen_numerics_kat.py`, which uses
-//! `scripts/numerics_ref.py`). The golden digests cannot tell an IEEE division from §5's `div`, a
+//! `scripts/numerics_ref.py`), §10 `lse` included. The golden digests cannot tell an IEEE division from §5's `div`, a
 //! double-rounded fma from a true one, or an f32 default scale from the f64 one; these can.
 
-use detattn::numerics::{default_scale, div, exp};
+use detattn::numerics::{default_scale, div, exp, lse};
 
 fn hex(s: &str) -> u32 {
     u32::from_str_radix(s, 16).expect("hex")
@@ -70,4 +70,16 @@ fn default_scale_is_rounded_from_f64() {
         let d: usize = d.parse().expect("D");
         assert_eq!(default_scale(d).to_bits(), hex(bits), "D = {d}");
     }
+}
+
+#[test]
+fn lse_matches_the_reference_bit_for_bit() {
+    // §10 from a row's final (m, l), including l = 0 (no valid key: −inf) and m = ±FLT_MAX.
+    let mut n = 0;
+    for r in rows(include_str!("data/lse_kat.txt")) {
+        let got = lse(f32::from_bits(r[0]), f32::from_bits(r[1])).to_bits();
+        assert_eq!(got, r[2], "lse({:08x}, {:08x})", r[0], r[1]);
+        n += 1;
+    }
+    assert_eq!(n, 4000);
 }

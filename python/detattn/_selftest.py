@@ -247,7 +247,9 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
         header.append(f"  {label:<9} {desc}  against {against}")
         digests = dict(golden["digests"]) if golden else {}
         results = []
-        mine = [c for c in cases if path == "exact" or c["tensorcore"]]
+        # Paged caches, varlen batches and the log-sum-exp are the Rust API's (`detattn selftest`
+        # checks them on the CPU); this package does not take them yet.
+        mine = [c for c in cases if (path == "exact" or c["tensorcore"]) and not c["cache_features"]]
         for i, c in enumerate(mine):
             t0 = time.perf_counter()
             try:

@@ -435,7 +435,8 @@ fn digest(py: Python<'_>, path: &str, dtype: &str, dims: [usize; 4], t: Desc) ->
 // Golden problems, engines, probe
 
 /// The golden problems (`detattn::golden::cases`), as dicts: name, dims, dtype, causal, align,
-/// kv_lens, mask (per_batch, per_head) or None, scale or None, seed, amp, blank_rows_every.
+/// kv_lens, mask (per_batch, per_head) or None, scale or None, seed, amp, blank_rows_every,
+/// tensorcore, cache_features.
 #[pyfunction]
 fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
@@ -453,6 +454,9 @@ fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         d.set_item("amp", c.inputs.amp)?;
         d.set_item("blank_rows_every", c.inputs.blank_rows_every)?;
         d.set_item("tensorcore", c.runs_on(Path::TensorCore))?;
+        // Paged KV cache, variable-length batch or log-sum-exp: the Rust API's (`run_cache`),
+        // not this package's yet.
+        d.set_item("cache_features", c.uses_cache_features())?;
         list.append(d)?;
     }
     Ok(list)

@@ -11,7 +11,8 @@
 use super::prepare::PreparedKv;
 use crate::dtype::Element;
 use crate::numerics::{
-    FLT_MAX, TILE, W, clamp_z, exp, finalize, l_safe, mask_of, prepare_row, score_finish,
+    FLT_MAX, TILE, W, clamp_z, exp, finalize, l_safe, lse as lse_of, mask_of, prepare_row,
+    score_finish,
 };
 use crate::problem::{NonFinitePolicy, Problem};
 
@@ -80,9 +81,10 @@ impl Isa {
     }
 }
 
-/// Run one item with the widest instruction set this CPU has.
-pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
-    run_item_with(Isa::best(), item, q, out);
+/// Run one item with the widest instruction set this CPU has: its rows into `out`, their
+/// log-sum-exp (§10) into `lse`.
+pub(crate) fn run_item<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T], lse: &mut [f32]) {
+    run_item_with(Isa::best(), item, q, out, lse);
 }
 
 /// Stage the K and V rows of one (batch, KV head) (`PreparedKv::new`), compiled for the widest
@@ -114,17 +116,23 @@ pub(crate) fn prepare_kv<'a, T: Element>(
 }
 
 /// Run one item with `isa`, which must be at most [`Isa::best`] (a variant this CPU can run).
-pub(crate) fn run_item_with<T: Element>(isa: Isa, item: &Item<'_>, q: &[T], out: &mut [T]) {
+pub(crate) fn run_item_with<T: Element>(
+    isa: Isa,
+    item: &Item<'_>,
+    q: &[T],
+    out: &mut [T],
+    lse: &mut [f32],
+) {
     match isa {
-        Isa::Portable => run_item_body::<T, 1, _>(Generic, item, q, out),
+        Isa::Portable => run_item_body::<T, 1, _>(Generic, item, q, out, lse),
         // SAFETY: `isa` is at most `Isa::best`, which returns this variant or a wider one only
         // after detecting avx2 and fma.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => unsafe { run_item_avx2_fma(item, q, out) },
+        Isa::Avx2Fma => unsafe { run_item_avx2_fma(item, q, out, lse) },
         // SAFETY: `isa` is at most `Isa::best`, which returns this variant only after detecting
         // avx512f, avx2 and fma.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { run_item_avx512(item, q, out) },
+        Isa::Avx512 => unsafe { run_item_avx512(item, q, out, lse) },
     }
 }
 
@@ -133,14 +141,14 @@ pub(crate) fn run_item_with<T: Element>(isa: Isa, item: &Item<'_>, q: &[T], out:
 // rows' 64 chains (16 registers) with room for the loads; 16 ymm registers hold one row's (8).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-fn run_item_avx512<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
-    run_item_body::<T, 4, _>(avx512::Blocks::detected(), item, q, out);
+fn run_item_avx512<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T], lse: &mut [f32]) {
+    run_item_body::<T, 4, _>(avx512::Blocks::detected(), item, q, out, lse);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn run_item_avx2_fma<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T]) {
-    run_item_body::<T, 1, _>(Generic, item, q, out);
+fn run_item_avx2_fma<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T], lse: &mut [f32]) {
+    run_item_body::<T, 1, _>(Generic, item, q, out, lse);
 }
 
 /// Accumulator columns kept in registers across a tile's keys: 64 floats, eight 256-bit or
@@ -186,6 +194,7 @@ fn run_item_body<T: Element, const R: usize, M: Micro<R>>(
     item: &Item<'_>,
     q: &[T],
     out: &mut [T],
+    lse: &mut [f32],
 ) {
     let p = item.problem;
     let d = p.shape().head_dim;
@@ -268,7 +277,7 @@ fn run_item_body<T: Element, const R: usize, M: Micro<R>>(
         }
     }
 
-    // §5 and §7.
+    // §5, §7 and §10.
     let maxt = T::DTYPE.max_finite();
     let propagate = p.nonfinite() == NonFinitePolicy::Propagate;
     for (r, row) in st.iter().enumerate() {
@@ -285,6 +294,10 @@ fn run_item_body<T: Element, const R: usize, M: Micro<R>>(
             let v = T::from_f32_rne(finalize(*a, ls, maxt));
             *o = select_elem(poisoned, nan, v);
         }
+        lse[r] = f32::from_bits(
+            (f32::canonical_nan().to_bits() & poisoned)
+                | (lse_of(row.m, row.l).to_bits() & !poisoned),
+        );
     }
 }
 
@@ -640,17 +653,20 @@ mod tests {
                 mask: x.mask.as_deref(),
             };
             let mut want = vec![0.0f32; sq * d];
-            run_item_with(Isa::Portable, &item, &x.q, &mut want);
+            let mut want_lse = vec![0.0f32; sq];
+            run_item_with(Isa::Portable, &item, &x.q, &mut want, &mut want_lse);
             assert!(
                 want.iter().any(|v| *v != 0.0),
                 "a trivial output proves nothing"
             );
             for &isa in &isas {
                 let mut got = vec![f32::NAN; sq * d];
-                run_item_with(isa, &item, &x.q, &mut got);
+                let mut got_lse = vec![f32::NAN; sq];
+                run_item_with(isa, &item, &x.q, &mut got, &mut got_lse);
                 let same = got
                     .iter()
-                    .zip(&want)
+                    .chain(&got_lse)
+                    .zip(want.iter().chain(&want_lse))
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{isa:?} differs from the portable loop (seed {seed})");
             }

@@ -149,6 +149,14 @@ fn decide(dev: &Device, scratch: &CudaSlice<u8>) -> Result<()> {
     }
 }
 
+/// What the path takes (its plan), after what no GPU path takes yet: a variable-length batch
+/// ([`Error::FeatureUnavailable`]; the CPU backend runs it). The one place every entry point
+/// plans a call.
+fn plan<P: GpuPath>(path: &P, p: &Problem, dtype: crate::DType, ops: &Operands) -> Result<P::Plan> {
+    super::supported(p)?;
+    path.plan(p, dtype, ops)
+}
+
 /// Host slices in and out. The engine has checked the tensors (`tensor::check_call`); the rest of
 /// the validation happens here, before any upload: the path's plan, then device memory, then
 /// under `Reject` the host scan of every element. `out` is written only after everything
@@ -173,7 +181,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
             layout: staged,
         },
     };
-    let plan = path.plan(p, T::DTYPE, &ops)?;
+    let plan = plan(path, p, T::DTYPE, &ops)?;
     let sizes = path.scratch(p, &plan, false);
     // The uploads: each distinct input buffer once (q, k, v may be views of one fused buffer).
     let bufs: Vec<&[T]> = {
@@ -193,7 +201,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
         + sizes.iter().sum::<usize>() as u64;
     dev.reserve(needed)?;
     if p.nonfinite() == NonFinitePolicy::Reject {
-        tensor::reject_nonfinite(p, x)?;
+        tensor::reject_nonfinite(p, &(*x).into())?;
     }
     let st = &dev.stream;
     let up = |b: &[T]| {
@@ -282,7 +290,7 @@ fn prepare_device<P: GpuPath, T: Element>(
 ) -> Result<DeviceCall<P::Plan>> {
     let ops = device_operands(x, out);
     tensor::check_call(p, &ops, Fit::AtLeast)?;
-    let plan = path.plan(p, T::DTYPE, &ops)?;
+    let plan = plan(path, p, T::DTYPE, &ops)?;
     dev.check_stream(stream)?;
     dev.check_context(TensorName::Q, x.q.data.context())?;
     dev.check_context(TensorName::K, x.k.data.context())?;
@@ -407,7 +415,7 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr>(
     let ol = timing::layout(p, opts.order, true);
     let ops = device_operands(&sets[0].qkv(), &DeviceTensorMut::new(&mut out, ol));
     tensor::check_call(p, &ops, Fit::AtLeast)?;
-    let plan = path.plan(p, T::DTYPE, &ops)?;
+    let plan = plan(path, p, T::DTYPE, &ops)?;
     let sizes = path.scratch(p, &plan, false);
     let lens = dev.kv_lens(p)?;
     let mut sc = dev.scratch(&sizes)?;
@@ -456,7 +464,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
         out: op(out),
     };
     tensor::check_call(p, &ops, Fit::AtLeast)?;
-    let plan = path.plan(p, T::DTYPE, &ops)?;
+    let plan = plan(path, p, T::DTYPE, &ops)?;
     let elem = std::mem::size_of::<T>() as u64;
     let mut bufs = vec![
         (TensorName::Q, x.q.ptr, x.q.len as u64 * elem),

@@ -44,9 +44,24 @@ use crate::problem::Problem;
 /// a GPU: the same typed errors the entry points return before any work. For tools that report
 /// them on any machine (the CLI checks a problem before it opens a backend).
 pub fn check_path(path: Path, p: &Problem, dtype: DType) -> Result<()> {
+    supported(p)?;
     match path {
         Path::Exact => Ok(()),
         Path::TensorCore => tensorcore::validate(p, dtype, None).map(|_| ()),
+    }
+}
+
+/// What no GPU path takes yet, whatever the path: a variable-length batch (the CPU backend runs
+/// it, with the bits every backend will give). [`Error::FeatureUnavailable`], never a silent
+/// fallback to the rectangular problem.
+pub(crate) fn supported(p: &Problem) -> Result<()> {
+    match p.varlen() {
+        Some(_) => Err(Error::FeatureUnavailable {
+            feature: "a variable-length batch (cu_seqlens)",
+            backend: "cuda".into(),
+            reason: "the GPU kernels do not implement it yet; the CPU backend does",
+        }),
+        None => Ok(()),
     }
 }
 

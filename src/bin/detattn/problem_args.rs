@@ -3,6 +3,7 @@
 
 use crate::Failure;
 use clap::{Args, ValueEnum};
+use detattn::golden::cumulative;
 use detattn::inputs::GenOptions;
 use detattn::{
     Backend, CausalAlign, DType, Engine, MaskLayout, NonFinitePolicy, Order, Path, Problem, Shape,
@@ -112,6 +113,20 @@ pub(crate) struct ProblemArgs {
     /// Per-batch key lengths, comma-separated (one per batch element, each ≤ Skv).
     #[arg(long, value_delimiter = ',', value_name = "A,B,..")]
     pub kv_lens: Option<Vec<usize>>,
+    /// A variable-length batch: the query rows of each sequence, comma-separated (0 allowed).
+    /// The sequences are packed into one batch element ([1, H, total, D]); each one's rows are
+    /// those of the sequence alone. Replaces --batch, --q-len, --kv-len and --kv-lens.
+    #[arg(long, value_delimiter = ',', value_name = "A,B,..", requires = "seqlens_k",
+          conflicts_with_all = ["batch", "q_len", "kv_len", "kv_lens"])]
+    pub seqlens_q: Option<Vec<usize>>,
+    /// The keys of each sequence of a variable-length batch (as many as --seqlens-q; 0 allowed).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "A,B,..",
+        requires = "seqlens_q"
+    )]
+    pub seqlens_k: Option<Vec<usize>>,
     /// Softmax scale (finite, > 0) [default: the f32 nearest 1/sqrt(D)].
     #[arg(long, allow_negative_numbers = true)]
     pub scale: Option<f32>,
@@ -138,7 +153,7 @@ pub(crate) struct ProblemArgs {
 impl ProblemArgs {
     /// Validate the flags into a problem (every error is the library's typed one).
     pub(crate) fn problem(&self) -> Result<Problem, Failure> {
-        let shape = Shape::new(
+        let mut shape = Shape::new(
             self.batch,
             self.q_heads,
             self.kv_heads.unwrap_or(self.q_heads),
@@ -146,6 +161,11 @@ impl ProblemArgs {
             self.kv_len.unwrap_or(self.q_len),
             self.head_dim,
         );
+        let varlen = self.seqlens_q.as_ref().zip(self.seqlens_k.as_ref());
+        if let Some((q, k)) = varlen {
+            // One packed batch element of the sequences' totals (ProblemBuilder::varlen).
+            (shape.batch, shape.q_len, shape.kv_len) = (1, q.iter().sum(), k.iter().sum());
+        }
         let mut b = Problem::builder(shape)
             .causal(self.causal)
             .causal_align(match self.causal_align {
@@ -168,6 +188,9 @@ impl ProblemArgs {
         }
         if let Some(s) = self.scale {
             b = b.scale(s);
+        }
+        if let Some((q, k)) = varlen {
+            b = b.varlen(cumulative(q), cumulative(k));
         }
         Ok(b.build()?)
     }
@@ -260,13 +283,30 @@ fn mem_available() -> Option<u128> {
     Some(kib * 1024)
 }
 
-/// `B=1 Hq=16 Hkv=16 Sq=1024 Skv=1024 D=64`.
+/// `B=1 Hq=16 Hkv=16 Sq=1024 Skv=1024 D=64` (a variable-length batch: its sequences' lengths).
 pub(crate) fn shape_text(p: &Problem) -> String {
     let s = p.shape();
-    format!(
+    let text = format!(
         "B={} Hq={} Hkv={} Sq={} Skv={} D={}",
         s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim
-    )
+    );
+    match p.varlen() {
+        None => text,
+        Some(v) => {
+            let lens = |cu: &[usize]| {
+                cu.windows(2)
+                    .map(|w| (w[1] - w[0]).to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            format!(
+                "{text} (varlen: {} sequences, Sq {}, Skv {})",
+                v.sequences(),
+                lens(v.cu_seqlens_q()),
+                lens(v.cu_seqlens_k())
+            )
+        }
+    }
 }
 
 /// The shape as a JSON object.

@@ -28,8 +28,8 @@ from planting import ROOT, build
 # every occurrence is replaced (the kernel has a full-tile and a partial-tile copy of some steps).
 PLANTS = [
     (
-        "acc = __fmul_rn(acc, a);",
-        "if (a != 1.0f) acc = __fmul_rn(acc, a);  // PLANTED LEAK (decode chains)",
+        "acc = __fmul_rn(acc, a[k]);",
+        "if (a[k] != 1.0f) acc = __fmul_rn(acc, a[k]);  // PLANTED LEAK (decode chains)",
     ),
     (
         "for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);",

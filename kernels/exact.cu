@@ -871,28 +871,30 @@ extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic
 
 // Decode spreads one KV head's work over the whole GPU without changing a bit (numerics.md §4,
 // "Where the work may run"): every score depends only on its q and k rows, so `dec_scores` computes
-// them anywhere, one block per (DEC_KT keys, KV head), with each tile's maximum; the prefix maximum
-// of the tile maxima is exact, so any block can recompute it; and the chains of §4 are one per
-// (row, column d), independent across d, so `dec_values` runs them in blocks of DEC_DS columns,
-// each chain sequential over the keys as §4 says. `dec_finish` divides and writes. The rows of one
+// them anywhere, one block per (tile of keys, KV head), with each tile's maximum; the prefix
+// maximum of the tile maxima is exact, so `dec_weights` recomputes it in any block and turns the
+// scores into the weights p and the tiles' alpha, once; and the chains of §4 are one per (row,
+// column d), independent across d, so `dec_values` runs them in blocks of DEC_DS columns, each
+// chain sequential over the keys as §4 says. `dec_finish` divides and writes. The rows of one
 // launch are the R = group·Sq query rows that read one KV head (r = hg·Sq + i, query head
 // kvh·group + hg), R ≤ DEC_R; the host uses these kernels only then.
 //
 // Scratch, per KV head (bkv = b·Hkv + kvh), all written before being read:
 //   x   [R][xpad]   the score of §3 where the key is valid for the row, else DEC_INVALID (a NaN
-//                   pattern no score has: §3 saturates to finite values)
-//   tm  [R][xpad/64] each tile's maximum of xm (§4)
+//                   pattern no score has: §3 saturates to finite values); then (dec_weights) p
+//   tm  [R][xpad/64] each tile's maximum of xm (§4);  al [R][xpad/64] each tile's alpha
 //   bk  [R][xpad/64] 1 where a valid key of the tile has a bad K row (§7)
 //   acc [R][D], l [R]  the chains' final values;  bv [R][nslice]  valid keys with a bad V slice
 // xpad is Skv rounded up to DEC_KT keys; keys past Skv are invalid for every row.
 
 constexpr int DEC_R = 16;          // rows per KV head at most
 constexpr int DEC_NT = 256;        // threads of dec_scores and dec_values
-constexpr int DEC_DS = 16;         // columns per dec_values block
+constexpr int DEC_DS = 8;          // columns per dec_values block
 constexpr int DEC_KT = 256;        // keys per dec_values stage (4 tiles)
+constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)
 constexpr unsigned DEC_INVALID = 0x7FC00000u;
 
-// The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 264 bytes). The
+// The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 272 bytes). The
 // first six pointers sit where Params has them, so kv_lens is bytes [40, 48) in both.
 struct DecParams {
     const void* q;
@@ -907,6 +909,7 @@ struct DecParams {
     float* acc;
     float* l;
     unsigned* bv;
+    float* al;
     long long q_bs, q_hs, q_ss, k_bs, k_hs, k_ss, v_bs, v_hs, v_ss, o_bs, o_hs, o_ss;
     int B, Hq, Hkv, Sq, Skv, D;
     int group, R, xpad, nslice;
@@ -964,45 +967,17 @@ __device__ __forceinline__ void dec_row(const DecParams& P, int kvh, int r, int&
     h = kvh * P.group + hg;
 }
 
-// Scores (§2, §3) of one tile of 64 keys for the R rows of one KV head, head dim ≤ DEC_DMAX.
-// One pass over the rows in global memory, a warp per row (lane l holds elements l + 32e): the
-// row's largest exponent and bad flag by shuffles and a vote (exact, order-free), then its
-// scaled copy into shared memory (dynamic: (DEC_R + 64) rows of D + 1 floats). Then thread
-// (j = tid & 63, g = tid >> 6) runs the chains of key j and rows g + 4k (k < ceil(R / 4)), each
-// sequential in d (§3).
-constexpr int DEC_DMAX = 256;
-template <class E>
-__device__ void dec_scores(const DecParams& P) {
+// dec_scores' row pass (below) for EPL elements per lane: one warp per row, the row's largest
+// exponent and bad flag, then its scaled copy at dsm + w·SP (qs rows, then ks rows).
+template <class E, int EPL>
+__device__ __forceinline__ void dec_rows_pass(const DecParams& P, const DecHead& H, int j0, float* dsm, int SP,
+                                              int* shq, int* shk, unsigned* badk) {
     typedef typename E::T T;
-    extern __shared__ __align__(16) float dsm[];
-    __shared__ int shq[DEC_R], shk[TILE];
-    __shared__ unsigned badk[TILE];
-    __shared__ float redm[DEC_NT / 32][4];
-    __shared__ unsigned redb[DEC_NT / 32][4];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const DecHead H = dec_head(P);
-    const int t = (int)blockIdx.x;
-    const int j0 = t * TILE;
-    const int R = P.R;
-    const int ntile = P.xpad / TILE;
-    const long long rbase = (long long)H.bkv * R;
-    if (j0 >= H.kl) {
-        // No row has a valid key here (position): markers, −FLT_MAX, no bad key.
-        for (int e = tid; e < R * TILE; e += DEC_NT)
-            P.x[(rbase + (e >> 6)) * P.xpad + j0 + (e & 63)] = __uint_as_float(DEC_INVALID);
-        if (tid < R) {
-            P.tm[(rbase + tid) * ntile + t] = -DA_FLT_MAX;
-            P.bk[(rbase + tid) * ntile + t] = 0u;
-        }
-        return;
-    }
-    const int SP = P.D + 1;  // row stride of the copies: odd, so a warp's 32 keys hit 32 banks
-    float* qs = dsm;                 // [DEC_R][SP]
-    float* ks = dsm + DEC_R * SP;    // [TILE][SP]
-    const T* kbase = (const T*)P.k + (H.b * P.k_bs + H.kvh * P.k_hs);
-    constexpr int EPL = DEC_DMAX / 32;
     constexpr int ROWS = DEC_R + TILE;
-#pragma unroll 1
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int R = P.R;
+    const T* kbase = (const T*)P.k + (H.b * P.k_bs + H.kvh * P.k_hs);
+#pragma unroll 2
     for (int k = 0; k < ROWS / (DEC_NT / 32); ++k) {  // a fixed trip count: converged shuffles
         const int w = warp + k * (DEC_NT / 32);
         const T* src;
@@ -1047,16 +1022,78 @@ __device__ void dec_scores(const DecParams& P) {
             }
         }
     }
+
+}
+
+// dec_scores' chains for RPT rows per thread: key row kr against query rows qg + 4c·SP, each
+// score a chain sequential in d (§3).
+template <int RPT>
+__device__ __forceinline__ void dec_chains(const float* kr, const float* qg, int SP, int D, float (&sc)[4]) {
+#pragma unroll 4
+    for (int d = 0; d < D; ++d) {
+        const float kv = kr[d];
+#pragma unroll
+        for (int c = 0; c < RPT; ++c) sc[c] = __fmaf_rn(qg[4 * c * SP + d], kv, sc[c]);
+    }
+}
+
+// Scores (§2, §3) of one tile of 64 keys for the R rows of one KV head, head dim ≤ DEC_DMAX.
+// One pass over the rows in global memory, a warp per row (lane l holds elements l + 32e): the
+// row's largest exponent and bad flag by shuffles and a vote (exact, order-free), then its
+// scaled copy into shared memory (dynamic: (DEC_R + 64) rows of D + 1 floats). Then thread
+// (j = tid & 63, g = tid >> 6) runs the chains of key j and rows g + 4k (k < ceil(R / 4)), each
+// sequential in d (§3).
+template <class E>
+__device__ void dec_scores(const DecParams& P) {
+    typedef typename E::T T;
+    extern __shared__ __align__(16) float dsm[];
+    __shared__ int shq[DEC_R], shk[TILE];
+    __shared__ unsigned badk[TILE];
+    __shared__ float redm[DEC_NT / 32][4];
+    __shared__ unsigned redb[DEC_NT / 32][4];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const DecHead H = dec_head(P);
+    const int t = (int)blockIdx.x;
+    const int j0 = t * TILE;
+    const int R = P.R;
+    const int ntile = P.xpad / TILE;
+    const long long rbase = (long long)H.bkv * R;
+    if (j0 >= H.kl) {
+        // No row has a valid key here (position): markers, −FLT_MAX, no bad key.
+        for (int e = tid; e < R * TILE; e += DEC_NT)
+            P.x[(rbase + (e >> 6)) * P.xpad + j0 + (e & 63)] = __uint_as_float(DEC_INVALID);
+        if (tid < R) {
+            P.tm[(rbase + tid) * ntile + t] = -DA_FLT_MAX;
+            P.bk[(rbase + tid) * ntile + t] = 0u;
+        }
+        return;
+    }
+    const int SP = P.D + 1;  // row stride of the copies: odd, so a warp's 32 keys hit 32 banks
+    float* qs = dsm;                 // [DEC_R][SP]
+    float* ks = dsm + DEC_R * SP;    // [TILE][SP]
+    // Elements per lane from the head dim (public).
+    if (P.D <= 64) {
+        dec_rows_pass<E, 2>(P, H, j0, dsm, SP, shq, shk, badk);
+    } else if (P.D <= 128) {
+        dec_rows_pass<E, 4>(P, H, j0, dsm, SP, shq, shk, badk);
+    } else {
+        dec_rows_pass<E, DEC_DMAX / 32>(P, H, j0, dsm, SP, shq, shk, badk);
+    }
     __syncthreads();
     const int jk = tid & 63, g = tid >> 6;
     const int rpt = (R + 3) / 4;  // rows per thread: public
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* kr = ks + jk * SP;
-    for (int d = 0; d < P.D; ++d) {
-        const float kv = kr[d];
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            if (c < rpt) sc[c] = __fmaf_rn(qs[(g + 4 * c) * SP + d], kv, sc[c]);
+    const float* qg = qs + g * SP;
+    // Rows per thread fixed at compile time (rpt: public).
+    if (rpt == 1) {
+        dec_chains<1>(kr, qg, SP, P.D, sc);
+    } else if (rpt == 2) {
+        dec_chains<2>(kr, qg, SP, P.D, sc);
+    } else if (rpt == 3) {
+        dec_chains<3>(kr, qg, SP, P.D, sc);
+    } else {
+        dec_chains<4>(kr, qg, SP, P.D, sc);
     }
     // §3 finish, validity (§1), the tile maximum and bad-key flag per row (§4, §7): a warp holds
     // half the tile; the halves meet in shared memory.
@@ -1248,22 +1285,86 @@ __device__ void dec_scores_wide(const DecParams& P) {
     }
 }
 
+// The weights of §4, once per key and row (not once per column block): DEC_KT keys (four tiles)
+// of one KV head per block. The running maximum after tile t is the maximum of the tile maxima
+// of tiles 0 … t and −FLT_MAX, zero made +0 (max is exact, so a block reduces the tiles before its
+// own in any order and gets the bits of §4's sequential mnew); alpha of tile t follows from the
+// maxima after t − 1 and t. p overwrites the score in x (+0 where the key is invalid; a valid
+// key's p is never 0: clamp keeps exp(·) ≥ e^-80 and W·e^-80 is a normal-or-subnormal non-zero
+// float, subnormals being kept), alpha goes to al [R][xpad / 64]. Stages past the last valid key
+// of every row are skipped by position: dec_values never reads them.
+template <class E>
+__device__ void dec_weights(const DecParams& P) {
+    __shared__ float mn[DEC_R][DEC_KT / TILE];
+    __shared__ float red[DEC_NT / 32][DEC_R];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const DecHead H = dec_head(P);
+    const int R = P.R;
+    const int ntile = P.xpad / TILE;
+    const int t0 = (int)blockIdx.x * (DEC_KT / TILE);
+    const long long rbase = (long long)H.bkv * R;
+    if ((int)blockIdx.x * DEC_KT >= H.kl) return;  // position
+    // Each row's maximum over the tiles before this block's.
+    float pre[DEC_R];
+#pragma unroll
+    for (int r = 0; r < DEC_R; ++r) pre[r] = -DA_FLT_MAX;
+    for (int t = tid; t < t0; t += DEC_NT) {
+#pragma unroll
+        for (int r = 0; r < DEC_R; ++r)
+            if (r < R) pre[r] = fmaxf(pre[r], P.tm[(rbase + r) * ntile + t]);
+    }
+#pragma unroll
+    for (int r = 0; r < DEC_R; ++r) {
+        if (r < R) {
+            for (int o = 16; o > 0; o >>= 1) pre[r] = fmaxf(pre[r], __shfl_xor_sync(0xFFFFFFFFu, pre[r], o));
+            if (lane == 0) red[warp][r] = pre[r];
+        }
+    }
+    __syncthreads();
+    if (tid < R) {
+        float m = -DA_FLT_MAX;
+#pragma unroll
+        for (int w = 0; w < DEC_NT / 32; ++w) m = fmaxf(m, red[w][tid]);
+        m = __fadd_rn(m, 0.0f);  // the state after tile t0 - 1 (or the initial −FLT_MAX)
+#pragma unroll
+        for (int k = 0; k < DEC_KT / TILE; ++k) {
+            const float mnew = __fadd_rn(fmaxf(m, P.tm[(rbase + tid) * ntile + t0 + k]), 0.0f);
+            P.al[(rbase + tid) * ntile + t0 + k] = detattn::exp(clamp_z(__fsub_rn(m, mnew)));
+            mn[tid][k] = mnew;
+            m = mnew;
+        }
+    }
+    __syncthreads();
+    const int j = (int)blockIdx.x * DEC_KT + tid;
+#pragma unroll
+    for (int r = 0; r < DEC_R; ++r) {
+        if (r < R) {
+            float* xp = P.x + (rbase + r) * P.xpad + j;
+            const float x = *xp;
+            const unsigned vm = mask_of(__float_as_uint(x) != DEC_INVALID);
+            const float xm = sel(vm != 0u, x, -DA_FLT_MAX);
+            const float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm, mn[r][tid / TILE]))), DA_W);
+            *xp = __uint_as_float(__float_as_uint(e) & vm);
+        }
+    }
+}
+
 // The chains of §4 for DEC_DS columns (slice blockIdx.x) of the R rows of one KV head, in stages
 // of DEC_KT keys through two shared-memory buffers (dynamic: DEC_VSMEM bytes). Per stage, between
-// two barriers, the chain threads (r = tid / 16, c = tid % 16, tid < 16R: acc of column
-// 16·slice + c and the row's l, both sequential over the keys; l is the same chain with v = 1)
-// run stage st while the other threads prepare stage st + 1: key j's V slice sanitised and its
-// bad flag (§2.2, §7), its weight for every row (§4). After the second barrier everyone writes
-// stage st + 2 from registers into the freed buffer (V raw, the scores, each row's running
-// maximum and alpha over the stage's tiles by thread r) and loads stage st + 3 into registers,
-// so a load has a whole stage to land. When the chains leave fewer than 64 threads free
-// (R > 12), every thread prepares first, then the chain threads run.
+// two barriers, the chain threads (r = tid / DEC_DS, c = tid % DEC_DS, tid < DEC_DS·R: acc of
+// column DEC_DS·slice + c and the row's l, both sequential over the keys; l is the same chain
+// with v = 1) run stage st while the other threads prepare stage st + 1: key j's V slice
+// sanitised and the rows for which it is valid (p ≠ 0) told of a bad one (§2.2, §7). After the
+// second barrier everyone writes stage st + 2 from registers into the freed buffer (V raw, the
+// weights p and alpha of dec_weights) and loads stage st + 3 into registers, so a load has a
+// whole stage to land. When the chains leave fewer than 64 threads free (R > 12 with DEC_DS = 16;
+// never with DEC_DS = 8), every thread prepares first, then the chain threads run.
 constexpr int DEC_VS = DEC_KT + 4;                                 // row stride (floats)
-constexpr int DEC_BUF = 2 * DEC_DS * DEC_VS + 2 * DEC_R * (DEC_KT / TILE);  // floats per buffer
-// vs [DEC_DS][DEC_VS] (V, a column's keys side by side), then ps [DEC_R][DEC_VS] (scores, then
-// weights), then mn and al [DEC_R][DEC_KT / TILE]. (DEC_DS == DEC_R, so vs and ps are alike.)
+constexpr int DEC_BUF = (DEC_DS + DEC_R) * DEC_VS + DEC_R * (DEC_KT / TILE);  // floats per buffer
+// vs [DEC_DS][DEC_VS] (V, a column's keys side by side), then ps [DEC_R][DEC_VS] (weights), then
+// al [DEC_R][DEC_KT / TILE].
 constexpr int DEC_VSMEM = 2 * DEC_BUF * 4;
-static_assert(DEC_DS == DEC_R, "buffer layout");
+static_assert(DEC_BUF % 4 == 0 && DEC_VS % 4 == 0, "float4 alignment of every row");
 template <class E>
 __device__ void dec_values(const DecParams& P) {
     typedef typename E::T T;
@@ -1277,20 +1378,22 @@ __device__ void dec_values(const DecParams& P) {
     const int nstage = (H.kl + DEC_KT - 1) / DEC_KT;
     const long long rbase = (long long)H.bkv * R;
     const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + slice * DEC_DS;
-    const int dlim = P.D - slice * DEC_DS;  // columns of this slice that exist: min(16, dlim)
+    const int dlim = P.D - slice * DEC_DS;  // columns of this slice that exist: min(DEC_DS, dlim)
     auto vs = [&](int st) { return dsm + (st & 1) * DEC_BUF; };
     auto ps = [&](int st) { return dsm + (st & 1) * DEC_BUF + DEC_DS * DEC_VS; };
-    auto mn = [&](int st) { return dsm + (st & 1) * DEC_BUF + 2 * DEC_DS * DEC_VS; };
-    auto al = [&](int st) { return mn(st) + DEC_R * (DEC_KT / TILE); };
-    // Registers of the next stage to write: V elements (thread tid: column tid % 16 of keys
-    // tid / 16 + 16u, so that a warp reads two rows' 16 consecutive elements at once), key tid's
-    // scores, the running maxima's inputs. Every load is unconditional from a clamped position and
-    // the unused values are selected away: predicated loads let the compiler give an index
-    // register a loaded value on the other path, which the audit's taint pass (rightly, without
-    // predicate pairing) cannot tell apart.
+    auto al = [&](int st) { return dsm + (st & 1) * DEC_BUF + (DEC_DS + DEC_R) * DEC_VS; };
+    // Registers of the next stage to write: V elements (thread tid: column tid % DEC_DS of keys
+    // tid / DEC_DS + (DEC_NT / DEC_DS)u, so that a warp reads whole rows' DEC_DS consecutive
+    // elements at once), key tid's weights, the stage's alphas (threads r < 4R: row r / 4, tile
+    // r % 4). Every load is unconditional from a clamped position and the unused values are
+    // selected away: predicated loads let the compiler give an index register a loaded value on
+    // the other path, which the audit's taint pass (rightly, without predicate pairing) cannot
+    // tell apart.
     constexpr int VPT = DEC_KT / (DEC_NT / DEC_DS);
-    float nv[VPT], nx[DEC_R], ntm[DEC_KT / TILE];
+    constexpr int TPS = DEC_KT / TILE;  // tiles per stage
+    float nv[VPT], nx[DEC_R], nal;
     const int vc = tid % DEC_DS, vr = tid / DEC_DS;
+    const int ar = min(tid / TPS, R - 1), at = tid % TPS;
     auto load = [&](int st) {
         const int j = st * DEC_KT + tid;
 #pragma unroll
@@ -1302,11 +1405,8 @@ __device__ void dec_values(const DecParams& P) {
         const float* xr = P.x + rbase * P.xpad + j;
 #pragma unroll
         for (int r = 0; r < DEC_R; ++r) nx[r] = xr[(long long)min(r, R - 1) * P.xpad];
-        const float* tr = P.tm + (rbase + min(tid, R - 1)) * ntile + st * (DEC_KT / TILE);
-#pragma unroll
-        for (int k = 0; k < DEC_KT / TILE; ++k) ntm[k] = tr[k];
+        nal = P.al[(rbase + ar) * ntile + st * TPS + at];
     };
-    float m = -DA_FLT_MAX;  // thread r's running maximum (r = tid < R)
     auto write = [&](int st) {
         float* v = vs(st);
         float* p = ps(st);
@@ -1314,23 +1414,14 @@ __device__ void dec_values(const DecParams& P) {
         for (int u = 0; u < VPT; ++u) v[vc * DEC_VS + vr + u * (DEC_NT / DEC_DS)] = nv[u];
 #pragma unroll
         for (int r = 0; r < DEC_R; ++r) p[r * DEC_VS + tid] = nx[r];
-        if (tid < R) {
-#pragma unroll
-            for (int k = 0; k < DEC_KT / TILE; ++k) {
-                const float mnew = __fadd_rn(fmaxf(m, ntm[k]), 0.0f);
-                al(st)[tid * (DEC_KT / TILE) + k] = detattn::exp(clamp_z(__fsub_rn(m, mnew)));
-                mn(st)[tid * (DEC_KT / TILE) + k] = mnew;
-                m = mnew;
-            }
-        }
+        if (tid < TPS * R) al(st)[tid] = nal;  // [row][tile]: tid = row·TPS + tile
     };
     const int nchain = DEC_DS * R;
     const int w0 = nchain <= DEC_NT - 64 ? (nchain + 31) / 32 * 32 : 0;  // first preparing thread
     unsigned bad = 0u;  // bit r: a valid key of row r has a bad V slice (this thread's keys)
     auto prepare = [&](int st) {
         float* v = vs(st);
-        float* p = ps(st);
-        const float* mnr = mn(st);
+        const float* p = ps(st);
         for (int j = tid - w0; j < DEC_KT; j += DEC_NT - w0) {
             unsigned bv = 0u;
 #pragma unroll
@@ -1340,16 +1431,7 @@ __device__ void dec_values(const DecParams& P) {
                 v[c * DEC_VS + j] = sanitize(x);
             }
 #pragma unroll
-            for (int r = 0; r < DEC_R; ++r) {
-                if (r < R) {
-                    const float x = p[r * DEC_VS + j];
-                    const unsigned vm = mask_of(__float_as_uint(x) != DEC_INVALID);
-                    const float xm = sel(vm != 0u, x, -DA_FLT_MAX);
-                    const float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm, mnr[r * (DEC_KT / TILE) + j / TILE]))), DA_W);
-                    p[r * DEC_VS + j] = __uint_as_float(__float_as_uint(e) & vm);
-                    bad |= (vm & bv & 1u) << r;
-                }
-            }
+            for (int r = 0; r < DEC_R; ++r) bad |= (mask_of(p[r * DEC_VS + j] != 0.0f) & bv & 1u) << r;
         }
     };
     const bool chain = tid < nchain;
@@ -1358,9 +1440,9 @@ __device__ void dec_values(const DecParams& P) {
     auto run_chain = [&](int st) {
         const float* pr = ps(st) + cr * DEC_VS;
         const float* vcol = vs(st) + cc * DEC_VS;
-        const float* a = al(st) + cr * (DEC_KT / TILE);
+        const float* a = al(st) + cr * TPS;
 #pragma unroll
-        for (int k = 0; k < DEC_KT / TILE; ++k) {
+        for (int k = 0; k < TPS; ++k) {
             acc = __fmul_rn(acc, a[k]);
             l = __fmul_rn(l, a[k]);
 #pragma unroll 4
@@ -1449,6 +1531,7 @@ constexpr int DEC_MINB = 2;
 #define DA_DEC(E, SUF)                                                                                          \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_scores_##SUF(const DecParams P) { dec_scores<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_scores_wide_##SUF(const DecParams P) { dec_scores_wide<E>(P); } \
+    extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_weights_##SUF(const DecParams P) { dec_weights<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT, DEC_MINB) detattn_dec_values_##SUF(const DecParams P) { dec_values<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_FT) detattn_dec_finish_##SUF(const DecParams P) { dec_finish<E>(P); }
 DA_DEC(ElemF32, f32)

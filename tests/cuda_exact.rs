@@ -365,14 +365,31 @@ fn golden_digests_reproduced_on_gpu() {
     eprintln!("cubin: {}", cuda(&gpu).cubin_sources().join(", "));
     let want = golden::expected(Path::Exact, "any").expect("golden/exact.txt");
     let mut bad = Vec::new();
-    for case in golden::cases() {
+    let (gpu_cases, cpu_only): (Vec<_>, Vec<_>) = golden::cases()
+        .into_iter()
+        .partition(|c| !c.uses_cache_features());
+    // Paged, varlen and LSE cases: the GPU kernels do not take them yet, and say so.
+    for case in &cpu_only {
+        match case.digest_on(&gpu) {
+            Err(Error::FeatureUnavailable { .. }) => {}
+            other => bad.push(format!(
+                "{}: expected FeatureUnavailable, got {other:?}",
+                case.name
+            )),
+        }
+    }
+    for case in gpu_cases {
         let got = case.digest_on(&gpu).expect(case.name).to_string();
         let exp = want.digest(case.name).expect("pinned");
         if got != exp {
             bad.push(format!("{}: {got} != {exp}", case.name));
         }
     }
-    eprintln!("{} golden cases checked on the GPU", golden::cases().len());
+    eprintln!(
+        "{} golden cases checked on the GPU ({} paged/varlen/LSE cases refused as unavailable)",
+        golden::cases().len() - cpu_only.len(),
+        cpu_only.len()
+    );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 

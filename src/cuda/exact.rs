@@ -88,7 +88,7 @@ struct Params {
 
 const _: () = assert!(std::mem::size_of::<Params>() == 304);
 
-/// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (264 bytes; the
+/// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (272 bytes; the
 /// first six pointers where [`Params`] has them, so `kv_lens` is bytes 40..48 in both). Change
 /// both together, and the `detattn_dec_*` entries of audit/rules.toml.
 #[repr(C)]
@@ -106,6 +106,7 @@ struct DecParams {
     acc: u64,
     l: u64,
     bv: u64,
+    al: u64,
     q_bs: i64,
     q_hs: i64,
     q_ss: i64,
@@ -138,7 +139,7 @@ struct DecParams {
     scale: f32,
 }
 
-const _: () = assert!(std::mem::size_of::<DecParams>() == 264);
+const _: () = assert!(std::mem::size_of::<DecParams>() == 272);
 
 /// The decode kernels' shape, as the cubin declares it (`detattn_dec_cfg`).
 #[derive(Clone, Copy, Debug)]
@@ -198,7 +199,7 @@ pub(crate) struct Exact {
     fast: [[Kernel; 3]; 3],
     generic: [Kernel; 3],
     cfg: [FastCfg; 3],
-    dec: [[Kernel; 3]; 4],
+    dec: [[Kernel; 3]; 5],
     dec_cfg: DecCfg,
 }
 
@@ -301,6 +302,7 @@ impl Exact {
                     &dec_abi,
                 )?,
                 by_dt_abi("detattn_dec_scores_wide", 0, &dec_abi)?,
+                by_dt_abi("detattn_dec_weights", 0, &dec_abi)?,
                 by_dt_abi("detattn_dec_values", dec_cfg.values_smem, &dec_abi)?,
                 by_dt_abi("detattn_dec_finish", 0, &dec_abi)?,
             ],
@@ -322,8 +324,8 @@ struct Scratch {
     badk: u64,
     badv: u64,
     acc: u64,
-    /// The decode kernels' buffers (kernels/exact.cu, "decode"): x, tm, bk, acc, l, bv.
-    dec: [u64; 6],
+    /// The decode kernels' buffers (kernels/exact.cu, "decode"): x, tm, bk, acc, l, bv, al.
+    dec: [u64; 7],
 }
 
 impl Scratch {
@@ -346,6 +348,7 @@ impl Scratch {
                 dacc,
                 l,
                 bv,
+                al,
             ] => Ok(Scratch {
                 flags,
                 qp,
@@ -357,12 +360,12 @@ impl Scratch {
                 badk,
                 badv,
                 acc,
-                dec: [x, tm, bk, dacc, l, bv],
+                dec: [x, tm, bk, dacc, l, bv, al],
             }),
             _ => Err(Error::Cuda {
                 op: "launch planning",
                 message: format!(
-                    "exact path: {} scratch buffers, expected 16 (internal)",
+                    "exact path: {} scratch buffers, expected 17 (internal)",
                     s.len()
                 ),
             }),
@@ -451,8 +454,8 @@ impl GpuPath for Exact {
             }
             None => [0; 5],
         };
-        // x, tm, bk (one word per tm entry), acc, l, bv
-        sizes.extend([x, tm, tm, acc, l, bv].map(f32s));
+        // x, tm, bk and al (one word per tm entry each), acc, l, bv
+        sizes.extend([x, tm, tm, acc, l, bv, tm].map(f32s));
         sizes
     }
 
@@ -549,7 +552,7 @@ impl Exact {
         let Some(d) = pl.dec else { return };
         let s = p.shape();
         let layout = p.mask();
-        let [x, tm, bk, acc, l, bv] = sc.dec;
+        let [x, tm, bk, acc, l, bv, al] = sc.dec;
         let base = DecParams {
             q: io.q.addr,
             k: io.k.addr,
@@ -563,6 +566,7 @@ impl Exact {
             acc,
             l,
             bv,
+            al,
             q_bs: io.q.bs,
             q_hs: io.q.hs,
             q_ss: io.q.ss,
@@ -596,7 +600,8 @@ impl Exact {
         };
         let c = self.dec_cfg;
         // (kernel, grid x, threads, dynamic shared bytes): scores one block per tile of keys (or
-        // per stage, past the narrow head dims), chains one per column slice, division one per row.
+        // per stage, past the narrow head dims), weights one per stage, chains one per column
+        // slice, division one per row.
         let scores = if s.head_dim <= c.narrow_dim {
             (0, d.xpad / TILE, c.threads, c.scores_smem(s.head_dim))
         } else {
@@ -604,8 +609,9 @@ impl Exact {
         };
         let steps = [
             scores,
-            (2, d.nslice, c.threads, c.values_smem),
-            (3, d.r, c.finish_threads, 0),
+            (2, d.xpad / c.keys, c.threads, 0),
+            (3, d.nslice, c.threads, c.values_smem),
+            (4, d.r, c.finish_threads, 0),
         ];
         for (k, gx, threads, smem) in steps {
             let mut h0 = 0;

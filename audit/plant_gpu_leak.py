@@ -3,7 +3,7 @@
 
     python3 audit/plant_gpu_leak.py [--out DIR]      default DIR: .carry/cubin-leaky (git-ignored)
 
-It copies kernels/exact.cu, plants three data-dependent shortcuts that leave every output bit as it
+It copies kernels/exact.cu, plants four data-dependent shortcuts that leave every output bit as it
 was, compiles the copy for sm_90 with the pinned NVRTC and the shipped options, and writes
 DIR/exact.sm_90.cubin with a manifest.json in the format the crate's test override reads
 (`DETATTN_TEST_CUBIN_DIR=DIR`). The shortcuts:
@@ -11,7 +11,9 @@ DIR/exact.sm_90.cubin with a manifest.json in the format the crate's test overri
 - skip the rescale `acc *= alpha` when the running maximum did not move (alpha == 1), the classic
   "optimisation" docs/design.md §6 forbids;
 - skip a group of four keys' multiply-adds in P·V when their weights are all zero (masked keys);
-- in the decode kernels' chains, skip the same rescale (`dudect --q-len 1` sees it).
+- in the decode kernels' chains, the same two: skip the rescale when alpha == 1 (too small a
+  part of a decode call for dudect to see alone: measured NOT detected on the H100, 2026-11-24)
+  and skip four keys whose weights are all zero (`dudect --q-len 1 ... --expect-leak` sees it).
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda` must report the leak
 (|t| > 10), and here `python3 audit/sass_audit.py --listing ...` must flag the planted branches.
@@ -30,6 +32,12 @@ PLANTS = [
     (
         "acc = __fmul_rn(acc, a[k]);",
         "if (a[k] != 1.0f) acc = __fmul_rn(acc, a[k]);  // PLANTED LEAK (decode chains)",
+    ),
+    (
+        "const float4 v4 = *reinterpret_cast<const float4*>(vcol + jj);",
+        "const float4 v4 = *reinterpret_cast<const float4*>(vcol + jj);"
+        " if (p4.x == 0.0f && p4.y == 0.0f && p4.z == 0.0f && p4.w == 0.0f) continue;"
+        "  // PLANTED LEAK (decode chains)",
     ),
     (
         "for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);",

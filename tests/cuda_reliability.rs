@@ -203,12 +203,13 @@ fn a_problem_larger_than_the_gpu_is_a_typed_error_and_the_engine_goes_on() {
     let cb = e.cuda().expect("cuda");
     let (free, _) = cb.memory().expect("memory");
     // K and V broadcast over batch and heads (strides 0): 32 MiB each on the host, but the Exact
-    // path prepares every (batch, kv head) copy in f32: 64·64·65536·256·4 bytes twice, far more
-    // than any GPU has.
-    let p = Problem::builder(Shape::new(64, 64, 64, 1, 65536, 256))
+    // path's prefill kernels prepare every (batch, kv head) copy in f32: 64·64·65536·256·4 bytes
+    // twice, far more than any GPU has. (17 query rows: one query row per head would take the
+    // decode kernels, which need no such copies, and fit.)
+    let p = Problem::builder(Shape::new(64, 64, 64, 17, 65536, 256))
         .build()
         .unwrap();
-    let q = vec![bf16::from_f32(0.5); 64 * 64 * 256];
+    let q = vec![bf16::from_f32(0.5); 64 * 64 * 17 * 256];
     let kv: Vec<bf16> = (0..65536 * 256)
         .map(|i| bf16::from_f32((i % 7) as f32 - 3.0))
         .collect();
@@ -219,13 +220,13 @@ fn a_problem_larger_than_the_gpu_is_a_typed_error_and_the_engine_goes_on() {
         seq_stride: 256,
     };
     let x = Qkv {
-        q: Tensor::new(&q, Layout::bhsd(64, 1, 256)),
+        q: Tensor::new(&q, Layout::bhsd(64, 17, 256)),
         k: Tensor::new(&kv, bl),
         v: Tensor::new(&kv, bl),
         mask: None,
     };
     let mut out = vec![bf16::from_f32(7.0); q.len()];
-    match e.run_tensors(&p, &x, TensorMut::new(&mut out, Layout::bhsd(64, 1, 256))) {
+    match e.run_tensors(&p, &x, TensorMut::new(&mut out, Layout::bhsd(64, 17, 256))) {
         Err(Error::DeviceMemory {
             needed, free: f, ..
         }) => {

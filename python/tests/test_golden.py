@@ -30,7 +30,14 @@ def test_every_golden_problem_matches_on_the_cpu():
     (cpu,) = report.reports
     bad = [c for c in cpu["cases"] if c["status"] != "ok"]
     assert not bad, bad
-    assert len(cpu["cases"]) == report.n_cases == len(detattn._native.golden_cases()) >= 33
+    cases = detattn._native.golden_cases()
+    # Paged, varlen and LSE problems are the Rust API's; the package says it skipped them.
+    mine = [c for c in cases if not c["cache_features"]]
+    assert report.n_cases == len(mine)
+    assert [c["case"] for c in cpu["cases"]] == [c["name"] for c in mine]
+    assert len(mine) >= 33
+    skipped = len(cases) - len(mine)
+    assert skipped == 0 or f"{skipped} problems (paged KV cache" in str(report)
 
 
 def test_the_selftest_mirrors_the_cli(cli):
@@ -43,7 +50,9 @@ def test_the_selftest_mirrors_the_cli(cli):
     assert py.failures == rust["failures"]
     (rc,) = rust["backends"]
     (pc,) = py.reports
-    assert [(c["case"], c["status"]) for c in pc["cases"]] == [(c["case"], c["status"]) for c in rc["cases"]]
+    cache = {c["name"] for c in detattn._native.golden_cases() if c["cache_features"]}
+    want = [(c["case"], c["status"]) for c in rc["cases"] if c["case"] not in cache]
+    assert [(c["case"], c["status"]) for c in pc["cases"]] == want
     print(py)
 
 

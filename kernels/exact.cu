@@ -128,7 +128,8 @@ __device__ __forceinline__ unsigned udiv(unsigned n, unsigned d) {
 
 // One past the last key row i of batch b sees, by position (key length, causal and its
 // alignment, numerics.md §1): public.
-__device__ __forceinline__ int key_limit(const Params& P, int L, int i) {
+template <class PP>  // Params or DecParams
+__device__ __forceinline__ int key_limit(const PP& P, int L, int i) {
     if (P.causal) {
         int lim = i + 1 + (P.top_left ? 0 : L - P.Sq);
         return min(max(lim, 0), L);
@@ -139,7 +140,8 @@ __device__ __forceinline__ int key_limit(const Params& P, int L, int i) {
 // The mask row (b, h, i) (§1: its head index counts query heads), i clamped to the tensor; null
 // without a mask. mask_val clamps j, so every address is valid; callers combine the value with
 // positional validity. Both depend on positions only.
-__device__ __forceinline__ const unsigned char* mask_row(const Params& P, int b, int h, int i) {
+template <class PP>
+__device__ __forceinline__ const unsigned char* mask_row(const PP& P, int b, int h, int i) {
     if (!P.has_mask) return nullptr;  // a launch parameter, public
     int bi = P.mask_per_batch ? b : 0;
     int hm = P.mask_per_head ? P.Hq : 1;
@@ -152,7 +154,8 @@ __device__ __forceinline__ const unsigned char* mask_row(const Params& P, int b,
 // compiler computes it under the has_mask predicate into registers that, when the predicate is
 // false, still hold score values, and the audit's taint pass (which does not pair a predicated
 // load with the predicated writes of its address) then sees a secret-dependent address.
-__device__ __forceinline__ unsigned mask_val(const Params& P, const unsigned char* row, int j) {
+template <class PP>
+__device__ __forceinline__ unsigned mask_val(const PP& P, const unsigned char* row, int j) {
     const unsigned char* a = row + min(j, P.Skv - 1);
     asm volatile("" : "+l"(a));
     if (!P.has_mask) return 0xFFFFFFFFu;
@@ -918,30 +921,6 @@ struct DecParams {
     float scale;
 };
 
-// key_limit and mask_row/mask_val of the prefill kernels, on DecParams (same positions, same
-// clamps: public data only).
-__device__ __forceinline__ int dec_key_limit(const DecParams& P, int L, int i) {
-    if (P.causal) {
-        int lim = i + 1 + (P.top_left ? 0 : L - P.Sq);
-        return min(max(lim, 0), L);
-    }
-    return L;
-}
-__device__ __forceinline__ const unsigned char* dec_mask_row(const DecParams& P, int b, int h, int i) {
-    if (!P.has_mask) return nullptr;
-    int bi = P.mask_per_batch ? b : 0;
-    int hm = P.mask_per_head ? P.Hq : 1;
-    int hi = P.mask_per_head ? h : 0;
-    i = min(i, P.Sq - 1);
-    return P.mask + (((long long)bi * hm + hi) * P.Sq + i) * (long long)P.Skv;
-}
-__device__ __forceinline__ unsigned dec_mask_val(const DecParams& P, const unsigned char* row, int j) {
-    const unsigned char* a = row + min(j, P.Skv - 1);
-    asm volatile("" : "+l"(a));  // as mask_val: keep the address out of the predicated region
-    if (!P.has_mask) return 0xFFFFFFFFu;
-    return mask_of(__ldg(a) != 0);
-}
-
 // The KV head of a block and its batch element, key length and largest key limit (the last query
 // row's: every row's limit is at most it). Public.
 struct DecHead {
@@ -953,7 +932,7 @@ __device__ __forceinline__ DecHead dec_head(const DecParams& P) {
     H.b = (int)udiv((unsigned)H.bkv, (unsigned)P.Hkv);
     H.kvh = H.bkv - H.b * P.Hkv;
     H.L = P.kv_lens[H.b];
-    H.kl = dec_key_limit(P, H.L, P.Sq - 1);
+    H.kl = key_limit(P, H.L, P.Sq - 1);
     return H;
 }
 
@@ -1106,8 +1085,8 @@ __device__ void dec_scores(const DecParams& P) {
             int h, i;
             dec_row(P, H.kvh, min(r, R - 1), h, i);
             const float x = score_finish(sc[c], P.scale, shq[r], shk[jk]);
-            const unsigned vm = mask_of(live && j < dec_key_limit(P, H.L, i)) &
-                                dec_mask_val(P, dec_mask_row(P, H.b, h, i), j);
+            const unsigned vm = mask_of(live && j < key_limit(P, H.L, i)) &
+                                mask_val(P, mask_row(P, H.b, h, i), j);
             if (live) P.x[(rbase + r) * P.xpad + j] = __uint_as_float((__float_as_uint(x) & vm) | (DEC_INVALID & ~vm));
             float mt = sel(vm != 0u, x, -DA_FLT_MAX);
             for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
@@ -1263,8 +1242,8 @@ __device__ void dec_scores_wide(const DecParams& P) {
                     int h, i;
                     dec_row(P, H.kvh, r, h, i);
                     const float x = score_finish(s[g][c], P.scale, shq[r], shk[tid]);
-                    const unsigned vm = mask_of(j < dec_key_limit(P, H.L, i)) &
-                                        dec_mask_val(P, dec_mask_row(P, H.b, h, i), j);
+                    const unsigned vm = mask_of(j < key_limit(P, H.L, i)) &
+                                        mask_val(P, mask_row(P, H.b, h, i), j);
                     P.x[(rbase + r) * P.xpad + j] = __uint_as_float((__float_as_uint(x) & vm) | (DEC_INVALID & ~vm));
                     float mt = sel(vm != 0u, x, -DA_FLT_MAX);
                     for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));

@@ -1329,21 +1329,23 @@ __device__ void dec_weights(const DecParams& P) {
 }
 
 // The chains of §4 for DEC_DS columns (slice blockIdx.x) of the R rows of one KV head, in stages
-// of DEC_KT keys through two shared-memory buffers (dynamic: DEC_VSMEM bytes). Per stage, between
-// two barriers, the chain threads (r = tid / DEC_DS, c = tid % DEC_DS, tid < DEC_DS·R: acc of
-// column DEC_DS·slice + c and the row's l, both sequential over the keys; l is the same chain
-// with v = 1) run stage st while the other threads prepare stage st + 1: key j's V slice
-// sanitised and the rows for which it is valid (p ≠ 0) told of a bad one (§2.2, §7). After the
-// second barrier everyone writes stage st + 2 from registers into the freed buffer (V raw, the
-// weights p and alpha of dec_weights) and loads stage st + 3 into registers, so a load has a
-// whole stage to land. When the chains leave fewer than 64 threads free (R > 12 with DEC_DS = 16;
-// never with DEC_DS = 8), every thread prepares first, then the chain threads run.
-constexpr int DEC_VS = DEC_KT + 4;                                 // row stride (floats)
+// of DEC_KT keys through three shared-memory buffers (dynamic: DEC_VSMEM bytes), with one barrier
+// per stage. The first DEC_CW warps run the chains: thread (r = tid / DEC_DS, c = tid % DEC_DS),
+// tid < DEC_DS·R, runs acc of column DEC_DS·slice + c and the row's l, both sequential over the
+// keys (l is the same chain with v = 1), on stage st. Meanwhile the other warps (producers)
+// prepare stage st + 1 (each key's V slice sanitised; the rows for which it is valid, p ≠ 0,
+// told of a bad one: §2.2, §7), write stage st + 2 from registers into the third buffer (V raw,
+// the weights p and alpha of dec_weights) and load stage st + 3 into registers. So the chain
+// warps do nothing but the chains, and wait only for the slower of the two.
+constexpr int DEC_CW = DEC_DS * DEC_R / 32;                         // chain warps
+constexpr int DEC_PT = DEC_NT - 32 * DEC_CW;                        // producer threads
+constexpr int DEC_VS = DEC_KT + 4;                                  // row stride (floats)
 constexpr int DEC_BUF = (DEC_DS + DEC_R) * DEC_VS + DEC_R * (DEC_KT / TILE);  // floats per buffer
 // vs [DEC_DS][DEC_VS] (V, a column's keys side by side), then ps [DEC_R][DEC_VS] (weights), then
 // al [DEC_R][DEC_KT / TILE].
-constexpr int DEC_VSMEM = 2 * DEC_BUF * 4;
+constexpr int DEC_VSMEM = 3 * DEC_BUF * 4;
 static_assert(DEC_BUF % 4 == 0 && DEC_VS % 4 == 0, "float4 alignment of every row");
+static_assert(DEC_PT > 0 && DEC_KT % DEC_PT == 0 && (DEC_KT * DEC_DS) % DEC_PT == 0, "producer split");
 template <class E>
 __device__ void dec_values(const DecParams& P) {
     typedef typename E::T T;
@@ -1358,50 +1360,58 @@ __device__ void dec_values(const DecParams& P) {
     const long long rbase = (long long)H.bkv * R;
     const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + slice * DEC_DS;
     const int dlim = P.D - slice * DEC_DS;  // columns of this slice that exist: min(DEC_DS, dlim)
-    auto vs = [&](int st) { return dsm + (st & 1) * DEC_BUF; };
-    auto ps = [&](int st) { return dsm + (st & 1) * DEC_BUF + DEC_DS * DEC_VS; };
-    auto al = [&](int st) { return dsm + (st & 1) * DEC_BUF + (DEC_DS + DEC_R) * DEC_VS; };
-    // Registers of the next stage to write: V elements (thread tid: column tid % DEC_DS of keys
-    // tid / DEC_DS + (DEC_NT / DEC_DS)u, so that a warp reads whole rows' DEC_DS consecutive
-    // elements at once), key tid's weights, the stage's alphas (threads r < 4R: row r / 4, tile
-    // r % 4). Every load is unconditional from a clamped position and the unused values are
-    // selected away: predicated loads let the compiler give an index register a loaded value on
-    // the other path, which the audit's taint pass (rightly, without predicate pairing) cannot
-    // tell apart.
-    constexpr int VPT = DEC_KT / (DEC_NT / DEC_DS);
+    auto buf = [&](int st) { return dsm + (st % 3) * DEC_BUF; };
+    auto vs = [&](int st) { return buf(st); };
+    auto ps = [&](int st) { return buf(st) + DEC_DS * DEC_VS; };
+    auto al = [&](int st) { return buf(st) + (DEC_DS + DEC_R) * DEC_VS; };
     constexpr int TPS = DEC_KT / TILE;  // tiles per stage
-    float nv[VPT], nx[DEC_R], nal;
-    const int vc = tid % DEC_DS, vr = tid / DEC_DS;
-    const int ar = min(tid / TPS, R - 1), at = tid % TPS;
+    const bool producer = tid >= 32 * DEC_CW;  // whole warps: public
+    const int pt = tid - 32 * DEC_CW;
+    // A producer's registers for the next stage to write: V elements (column pt % DEC_DS of keys
+    // pt / DEC_DS + (DEC_PT / DEC_DS)u, so that a warp reads whole rows' DEC_DS consecutive
+    // elements at once), the weights of keys pt + DEC_PT·k for every row, one alpha (producer pt
+    // < TPS·R: row pt / TPS, tile pt % TPS). Every load is unconditional from a clamped position
+    // and the unused values are selected away: predicated loads let the compiler give an index
+    // register a loaded value on the other path, which the audit's taint pass (rightly, without
+    // predicate pairing) cannot tell apart.
+    constexpr int VPT = DEC_KT * DEC_DS / DEC_PT;
+    constexpr int KPT = DEC_KT / DEC_PT;
+    float nv[VPT], nx[KPT][DEC_R], nal;
+    const int vc = max(pt, 0) % DEC_DS, vr = max(pt, 0) / DEC_DS;
+    const int ar = min(max(pt, 0) / TPS, R - 1), at = max(pt, 0) % TPS;
     auto load = [&](int st) {
-        const int j = st * DEC_KT + tid;
 #pragma unroll
         for (int u = 0; u < VPT; ++u) {
-            const int jv = st * DEC_KT + vr + u * (DEC_NT / DEC_DS);
+            const int jv = st * DEC_KT + vr + u * (DEC_PT / DEC_DS);
             const bool ex = jv < P.Skv && vc < dlim;
             nv[u] = sel(ex, E::load(vbase + (jv < P.Skv ? jv : 0) * P.v_ss, min(vc, dlim - 1)), 0.0f);
         }
-        const float* xr = P.x + rbase * P.xpad + j;
 #pragma unroll
-        for (int r = 0; r < DEC_R; ++r) nx[r] = xr[(long long)min(r, R - 1) * P.xpad];
+        for (int k = 0; k < KPT; ++k) {
+            const float* xr = P.x + rbase * P.xpad + st * DEC_KT + max(pt, 0) + k * DEC_PT;
+#pragma unroll
+            for (int r = 0; r < DEC_R; ++r) nx[k][r] = xr[(long long)min(r, R - 1) * P.xpad];
+        }
         nal = P.al[(rbase + ar) * ntile + st * TPS + at];
     };
     auto write = [&](int st) {
         float* v = vs(st);
         float* p = ps(st);
 #pragma unroll
-        for (int u = 0; u < VPT; ++u) v[vc * DEC_VS + vr + u * (DEC_NT / DEC_DS)] = nv[u];
+        for (int u = 0; u < VPT; ++u) v[vc * DEC_VS + vr + u * (DEC_PT / DEC_DS)] = nv[u];
 #pragma unroll
-        for (int r = 0; r < DEC_R; ++r) p[r * DEC_VS + tid] = nx[r];
-        if (tid < TPS * R) al(st)[tid] = nal;  // [row][tile]: tid = row·TPS + tile
+        for (int k = 0; k < KPT; ++k)
+#pragma unroll
+            for (int r = 0; r < DEC_R; ++r) p[r * DEC_VS + pt + k * DEC_PT] = nx[k][r];
+        if (pt < TPS * R) al(st)[pt] = nal;  // [row][tile]: pt = row·TPS + tile
     };
-    const int nchain = DEC_DS * R;
-    const int w0 = nchain <= DEC_NT - 64 ? (nchain + 31) / 32 * 32 : 0;  // first preparing thread
     unsigned bad = 0u;  // bit r: a valid key of row r has a bad V slice (this thread's keys)
     auto prepare = [&](int st) {
         float* v = vs(st);
         const float* p = ps(st);
-        for (int j = tid - w0; j < DEC_KT; j += DEC_NT - w0) {
+#pragma unroll
+        for (int k = 0; k < KPT; ++k) {
+            const int j = pt + k * DEC_PT;
             unsigned bv = 0u;
 #pragma unroll
             for (int c = 0; c < DEC_DS; ++c) {
@@ -1413,7 +1423,7 @@ __device__ void dec_values(const DecParams& P) {
             for (int r = 0; r < DEC_R; ++r) bad |= (mask_of(p[r * DEC_VS + j] != 0.0f) & bv & 1u) << r;
         }
     };
-    const bool chain = tid < nchain;
+    const bool chain = tid < DEC_DS * R;
     const int cr = chain ? tid / DEC_DS : 0, cc = tid % DEC_DS;
     float acc = 0.0f, l = 0.0f;
     auto run_chain = [&](int st) {
@@ -1440,15 +1450,17 @@ __device__ void dec_values(const DecParams& P) {
         }
     };
     // Iteration st (from -2, so that the first two stages are written and prepared first).
-    if (nstage > 0) load(0);
+    if (producer && nstage > 0) load(0);
     for (int st = -2; st < nstage; ++st) {
         __syncthreads();
-        if (st + 1 >= 0 && st + 1 < nstage && tid >= w0) prepare(st + 1);
-        if (chain && st >= 0) run_chain(st);
-        __syncthreads();
-        if (st + 2 < nstage) {
-            write(st + 2);
-            if (st + 3 < nstage) load(st + 3);
+        if (producer) {
+            if (st + 1 >= 0 && st + 1 < nstage) prepare(st + 1);
+            if (st + 2 < nstage) {
+                write(st + 2);
+                if (st + 3 < nstage) load(st + 3);
+            }
+        } else if (chain && st >= 0) {
+            run_chain(st);
         }
     }
     if (chain) {

@@ -5,9 +5,10 @@
 //! `Reject` on device-resident inputs the non-finite scan (`reject_flags`: three words for the
 //! host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one of three, by
 //! head_dim) or the generic kernel above. Decode-shaped problems (`group · q_len ≤ 16`: one token,
-//! or a few for speculative decoding) take three other kernels instead, which spread one KV head's
-//! work over the whole GPU (`dec_scores`, `dec_values`, `dec_finish`: kernels/exact.cu explains
-//! why that keeps every bit) and read K and V in the caller's dtype, once, with no prepare pass.
+//! or a few for speculative decoding) take four other kernels instead, which spread one KV head's
+//! work over the whole GPU (`dec_scores` — `dec_scores_wide` past head dim 256 — `dec_weights`,
+//! `dec_values`, `dec_finish`: kernels/exact.cu explains why that keeps every bit) and read K and V
+//! in the caller's dtype, once, with no prepare pass.
 //! The choice depends on the shape only, and every kernel produces the bits of
 //! docs/numerics.md, so it never changes the output.
 

@@ -891,7 +891,7 @@ extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic
 // xpad is Skv rounded up to DEC_KT keys; keys past Skv are invalid for every row.
 
 constexpr int DEC_R = 16;          // rows per KV head at most
-constexpr int DEC_NT = 256;        // threads of dec_scores and dec_values
+constexpr int DEC_NT = 256;        // threads of dec_scores(_wide), dec_weights and dec_values
 constexpr int DEC_DS = 8;          // columns per dec_values block
 constexpr int DEC_KT = 256;        // keys per dec_values stage (4 tiles)
 constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)

@@ -285,75 +285,79 @@ fn check_one<T: Element + AnyF32 + DeviceRepr>(
     Ok(())
 }
 
+/// What a run of random problems found: the mismatches (as text), problems per dtype, shapes.
+struct RandomRun {
+    failures: Vec<String>,
+    kinds: [usize; 3],
+    shapes: Vec<Shape>,
+}
+
+/// `n` random problems from `seed`, problem `i` drawn from `sizes(i)`, each on the GPU's host
+/// entry (and every third on its device entry) against the CPU.
+fn random_vs_cpu(gpu: &Engine, seed: u64, n: usize, sizes: impl Fn(usize) -> Sizes) -> RandomRun {
+    let mut rng = SplitMix64::new(seed);
+    let mut run = RandomRun {
+        failures: Vec::new(),
+        kinds: [0; 3],
+        shapes: Vec::new(),
+    };
+    for i in 0..n {
+        let (p, dtype, amp, plant, nonfinite) = random_problem(&mut rng, sizes(i));
+        let seed = rng.next_u64();
+        let device = i % 3 == 0;
+        run.kinds[dtype.code() as usize] += 1;
+        run.shapes.push(*p.shape());
+        let r = match dtype {
+            DType::F32 => check_one::<f32>(gpu, &p, seed, amp, plant, nonfinite, device),
+            DType::F16 => check_one::<f16>(gpu, &p, seed, amp, plant, nonfinite, device),
+            DType::Bf16 => check_one::<bf16>(gpu, &p, seed, amp, plant, nonfinite, device),
+        };
+        if let Err(e) = r {
+            run.failures
+                .push(format!("#{i} {dtype} {p:?} amp {amp} plant {plant}: {e}"));
+        }
+    }
+    run
+}
+
 #[test]
 fn d6_random_problems_bit_identical_to_cpu() {
     let Some(gpu) = gpu("d6_random_problems_bit_identical_to_cpu") else {
         return;
     };
-    let mut rng = SplitMix64::new(0x5EED_0003);
     let n = 330;
-    let mut failures = Vec::new();
-    let mut kinds = [0usize; 3];
-    for i in 0..n {
-        let sizes = if i % 20 == 0 {
+    let run = random_vs_cpu(&gpu, 0x5EED_0003, n, |i| {
+        if i % 20 == 0 {
             Sizes::Big
         } else {
             Sizes::Small
-        };
-        let (p, dtype, amp, plant, nonfinite) = random_problem(&mut rng, sizes);
-        let seed = rng.next_u64();
-        let device = i % 3 == 0;
-        kinds[dtype.code() as usize] += 1;
-        let r = match dtype {
-            DType::F32 => check_one::<f32>(&gpu, &p, seed, amp, plant, nonfinite, device),
-            DType::F16 => check_one::<f16>(&gpu, &p, seed, amp, plant, nonfinite, device),
-            DType::Bf16 => check_one::<bf16>(&gpu, &p, seed, amp, plant, nonfinite, device),
-        };
-        if let Err(e) = r {
-            failures.push(format!("#{i} {dtype} {p:?} amp {amp} plant {plant}: {e}"));
         }
-    }
+    });
     eprintln!(
-        "{n} random problems (f32/f16/bf16: {kinds:?}), {} mismatches",
-        failures.len()
+        "{n} random problems (f32/f16/bf16: {:?}), {} mismatches",
+        run.kinds,
+        run.failures.len()
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(run.failures.is_empty(), "{}", run.failures.join("\n"));
 }
 
 #[test]
 fn decode_kernels_bit_identical_to_cpu() {
-    // group · q_len ≤ 16 picks the decode kernels (scores, chains and division in three launches
-    // spread over the GPU): the same bits as the CPU, with every option, both entry points.
+    // group · q_len ≤ 16 picks the decode kernels (scores, weights, chains and division spread
+    // over the GPU): the same bits as the CPU, with every option, both entry points.
     let Some(gpu) = gpu("decode_kernels_bit_identical_to_cpu") else {
         return;
     };
-    let mut rng = SplitMix64::new(0x5EED_0DEC);
     let n = 240;
-    let mut failures = Vec::new();
-    let mut kinds = [0usize; 3];
-    let mut keys = 0usize;
-    for i in 0..n {
-        let (p, dtype, amp, plant, nonfinite) = random_problem(&mut rng, Sizes::Decode);
-        let s = p.shape();
-        assert!(s.group() * s.q_len <= 16);
-        keys = keys.max(s.kv_len);
-        let seed = rng.next_u64();
-        let device = i % 3 == 0;
-        kinds[dtype.code() as usize] += 1;
-        let r = match dtype {
-            DType::F32 => check_one::<f32>(&gpu, &p, seed, amp, plant, nonfinite, device),
-            DType::F16 => check_one::<f16>(&gpu, &p, seed, amp, plant, nonfinite, device),
-            DType::Bf16 => check_one::<bf16>(&gpu, &p, seed, amp, plant, nonfinite, device),
-        };
-        if let Err(e) = r {
-            failures.push(format!("#{i} {dtype} {p:?} amp {amp} plant {plant}: {e}"));
-        }
-    }
+    let run = random_vs_cpu(&gpu, 0x5EED_0DEC, n, |_| Sizes::Decode);
+    assert!(run.shapes.iter().all(|s| s.group() * s.q_len <= 16));
+    let keys = run.shapes.iter().map(|s| s.kv_len).max().unwrap_or(0);
     eprintln!(
-        "{n} random decode problems (f32/f16/bf16: {kinds:?}, up to {keys} keys), {} mismatches",
-        failures.len()
+        "{n} random decode problems (f32/f16/bf16: {:?}, up to {keys} keys), {} mismatches",
+        run.kinds,
+        run.failures.len()
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(run.failures.is_empty(), "{}", run.failures.join("\n"));
 }
 
 #[test]

@@ -31,18 +31,63 @@ const REJECT_THREADS: u32 = 1024;
 /// Largest grid y dimension; larger launches are split along y by the host.
 const MAX_GRID_Y: usize = 65535;
 
-/// The kernel ABI, field for field the `Params` struct of kernels/exact.cu (pointers as device
-/// addresses, then the 64-bit strides, then 32-bit scalars; 304 bytes). Change both together, and
-/// the byte ranges of the `detattn_*` entries of audit/rules.toml.
+/// The slices `(first, count)` of `total` grid rows along y, `MAX_GRID_Y` at most each.
+fn grid_slices(total: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..total)
+        .step_by(MAX_GRID_Y)
+        .map(move |h0| (h0, (total - h0).min(MAX_GRID_Y)))
+}
+
+/// The caller's tensors as every Exact kernel takes them, at the start of `Params` and of
+/// `DecParams` (kernels/exact.cu: `q`, `k`, `v`, `mask`, `out`, `kv_lens`; bytes 0..48, so
+/// `kv_lens` is public at 40..48 in both).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
+struct IoArgs {
     q: u64,
     k: u64,
     v: u64,
     mask: u64,
     out: u64,
     kv_lens: u64,
+}
+
+/// The element strides of q, k, v and out (batch, head, row), in that order, as both parameter
+/// structs hold them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Strides([i64; 12]);
+
+impl IoArgs {
+    fn of(io: &Io) -> IoArgs {
+        IoArgs {
+            q: io.q.addr,
+            k: io.k.addr,
+            v: io.v.addr,
+            mask: io.mask,
+            out: io.out.addr,
+            kv_lens: io.kv_lens,
+        }
+    }
+}
+
+impl Strides {
+    fn of(io: &Io) -> Strides {
+        let t = [io.q, io.k, io.v, io.out];
+        Strides(std::array::from_fn(|i| {
+            let x = t[i / 3];
+            [x.bs, x.hs, x.ss][i % 3]
+        }))
+    }
+}
+
+/// The kernel ABI, field for field the `Params` struct of kernels/exact.cu (pointers as device
+/// addresses, then the 64-bit strides, then 32-bit scalars; 304 bytes). Change both together, and
+/// the byte ranges of the `detattn_*` entries of audit/rules.toml.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    io: IoArgs,
     qp: u64,
     kp: u64,
     vp: u64,
@@ -53,18 +98,7 @@ struct Params {
     badv: u64,
     flags: u64,
     acc: u64,
-    q_bs: i64,
-    q_hs: i64,
-    q_ss: i64,
-    k_bs: i64,
-    k_hs: i64,
-    k_ss: i64,
-    v_bs: i64,
-    v_hs: i64,
-    v_ss: i64,
-    o_bs: i64,
-    o_hs: i64,
-    o_ss: i64,
+    strides: Strides,
     b: i32,
     hq: i32,
     hkv: i32,
@@ -88,6 +122,8 @@ struct Params {
 }
 
 const _: () = assert!(std::mem::size_of::<Params>() == 304);
+// The byte ranges audit/rules.toml names: kv_lens 40..48, scalars (strides first) from 128.
+const _: () = assert!(std::mem::offset_of!(Params, strides) == 128);
 
 /// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (272 bytes; the
 /// first six pointers where [`Params`] has them, so `kv_lens` is bytes 40..48 in both). Change
@@ -95,12 +131,7 @@ const _: () = assert!(std::mem::size_of::<Params>() == 304);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 struct DecParams {
-    q: u64,
-    k: u64,
-    v: u64,
-    mask: u64,
-    out: u64,
-    kv_lens: u64,
+    io: IoArgs,
     x: u64,
     tm: u64,
     bk: u64,
@@ -108,18 +139,7 @@ struct DecParams {
     l: u64,
     bv: u64,
     al: u64,
-    q_bs: i64,
-    q_hs: i64,
-    q_ss: i64,
-    k_bs: i64,
-    k_hs: i64,
-    k_ss: i64,
-    v_bs: i64,
-    v_hs: i64,
-    v_ss: i64,
-    o_bs: i64,
-    o_hs: i64,
-    o_ss: i64,
+    strides: Strides,
     b: i32,
     hq: i32,
     hkv: i32,
@@ -141,6 +161,7 @@ struct DecParams {
 }
 
 const _: () = assert!(std::mem::size_of::<DecParams>() == 272);
+const _: () = assert!(std::mem::offset_of!(DecParams, strides) == 104);
 
 /// The decode kernels' shape, as the cubin declares it (`detattn_dec_cfg`).
 #[derive(Clone, Copy, Debug)]
@@ -499,12 +520,7 @@ impl Exact {
         let s = p.shape();
         let layout = p.mask();
         Params {
-            q: io.q.addr,
-            k: io.k.addr,
-            v: io.v.addr,
-            mask: io.mask,
-            out: io.out.addr,
-            kv_lens: io.kv_lens,
+            io: IoArgs::of(io),
             qp: sc.qp,
             kp: sc.kp,
             vp: sc.vp,
@@ -515,18 +531,7 @@ impl Exact {
             badv: sc.badv,
             flags: sc.flags,
             acc: sc.acc,
-            q_bs: io.q.bs,
-            q_hs: io.q.hs,
-            q_ss: io.q.ss,
-            k_bs: io.k.bs,
-            k_hs: io.k.hs,
-            k_ss: io.k.ss,
-            v_bs: io.v.bs,
-            v_hs: io.v.hs,
-            v_ss: io.v.ss,
-            o_bs: io.out.bs,
-            o_hs: io.out.hs,
-            o_ss: io.out.ss,
+            strides: Strides::of(io),
             b: s.batch as i32,
             hq: s.q_heads as i32,
             hkv: s.kv_heads as i32,
@@ -555,12 +560,7 @@ impl Exact {
         let layout = p.mask();
         let [x, tm, bk, acc, l, bv, al] = sc.dec;
         let base = DecParams {
-            q: io.q.addr,
-            k: io.k.addr,
-            v: io.v.addr,
-            mask: io.mask,
-            out: io.out.addr,
-            kv_lens: io.kv_lens,
+            io: IoArgs::of(io),
             x,
             tm,
             bk,
@@ -568,18 +568,7 @@ impl Exact {
             l,
             bv,
             al,
-            q_bs: io.q.bs,
-            q_hs: io.q.hs,
-            q_ss: io.q.ss,
-            k_bs: io.k.bs,
-            k_hs: io.k.hs,
-            k_ss: io.k.ss,
-            v_bs: io.v.bs,
-            v_hs: io.v.hs,
-            v_ss: io.v.ss,
-            o_bs: io.out.bs,
-            o_hs: io.out.hs,
-            o_ss: io.out.ss,
+            strides: Strides::of(io),
             b: s.batch as i32,
             hq: s.q_heads as i32,
             hkv: s.kv_heads as i32,
@@ -615,9 +604,7 @@ impl Exact {
             (4, d.r, c.finish_threads, 0),
         ];
         for (k, gx, threads, smem) in steps {
-            let mut h0 = 0;
-            while h0 < d.nbkv {
-                let n = (d.nbkv - h0).min(MAX_GRID_Y);
+            for (h0, n) in grid_slices(d.nbkv) {
                 let prm = DecParams {
                     bkv0: h0 as i32,
                     ..base
@@ -629,7 +616,6 @@ impl Exact {
                     smem,
                     params: vec![bytemuck::bytes_of(&prm).to_vec()],
                 });
-                h0 += n;
             }
         }
     }
@@ -646,9 +632,7 @@ impl Exact {
         };
         let heads = s.batch * s.q_heads.max(s.kv_heads);
         let gx = rows.div_ceil(PREPARE_ROWS_PER_BLOCK) as u32;
-        let mut h0 = 0;
-        while h0 < heads {
-            let n = (heads - h0).min(MAX_GRID_Y);
+        for (h0, n) in grid_slices(heads) {
             let prm = Params {
                 prep_head0: h0 as i32,
                 prep_job0: job0,
@@ -661,15 +645,12 @@ impl Exact {
                 smem: 0,
                 params: vec![bytemuck::bytes_of(&prm).to_vec()],
             });
-            h0 += n;
         }
     }
 
     /// §3–§7: the attention kernel, one launch per grid slice of (b, h) pairs.
     fn attend(&self, pl: &Plan, base: &Params, out: &mut Vec<Launch>) {
-        let mut bh0 = 0;
-        while bh0 < pl.bh {
-            let n = (pl.bh - bh0).min(MAX_GRID_Y);
+        for (bh0, n) in grid_slices(pl.bh) {
             let prm = Params {
                 bh0: bh0 as i32,
                 ..*base
@@ -699,7 +680,6 @@ impl Exact {
                 smem,
                 params: vec![bytemuck::bytes_of(&prm).to_vec()],
             });
-            bh0 += n;
         }
     }
 }

@@ -4,7 +4,8 @@
 // ---------------------------------------------------------------------------------------- ABI
 // Kernels (extern "C"), one per dtype x head dim x causal, prefill (tc_fwd) and decode (tc_dec):
 //
-//   tc_{fwd,dec}_{f16,bf16}_d{64,128,256}[_causal](the 28 fields of struct TcArgs below, in order)
+//   tc_{fwd,dec}_{f16,bf16}_d{64,128,256}[_causal](the 30 fields of struct TcArgs below, in order)
+//   tc_merge_{f16,bf16}(TcMerge)   decode only: folds the key chunks' partials into the output
 //
 //   Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D] and the output O [B, Hq, Sq, D] are logical shapes:
 //   element (b, h, s, d) of X is at X[b*X_bs + h*X_hs + s*X_ss + d] (element strides; the host folds
@@ -21,8 +22,17 @@
 // Launch configuration (also readable from the cubin as __constant__ int tc_cfg_d<D>[4] and
 // tc_cfg_dec_d<D>[4] = {BM, threads, dynamic smem bytes, BN}):
 //   tc_fwd: grid = (ceil(Sq / BM), Hq, B)   block = (threads, 1, 1), dynamic smem = smem bytes
-//   tc_dec: grid = (1, Hkv, B)              requires (Hq / Hkv) * Sq <= 16 (BM = 16): one block holds
-//           the Sq rows of all G = Hq / Hkv query heads of one kv head (decode, small Sq).
+//   tc_dec: grid = (NCH, Hkv, B)            requires (Hq / Hkv) * Sq <= 16 (BM = 16): one block holds
+//           the Sq rows of all G = Hq / Hkv query heads of one kv head (decode, small Sq). NCH = 1:
+//           the block walks every key chunk (TC_KCHUNK keys, docs/tensorcore-numerics.md §9),
+//           folding them in registers, and writes the output. NCH = ceil(Skv / TC_KCHUNK) > 1 (the
+//           split, for few kv heads): block x runs chunk x and writes its partial to `part`
+//           ([B, Hkv, NCH, 16, D + 4] f32), and tc_merge, grid (G * Sq, Hkv, B), block D threads,
+//           folds them into the output. Both give the same bits.
+//   tc_fwd with Skv > TC_KCHUNK: one launch per key chunk, chunk = 0 .. ceil(Skv / TC_KCHUNK) - 1 in
+//           order on one stream, the same grid, and `part` holding BM * (D + 8) f32 per block (the
+//           fold state of its rows) for gridDim.x * gridDim.y * gridDim.z blocks. A block writes its
+//           output rows in the launch of its last chunk.
 //   Above 48 KiB of shared memory, raise cudaFuncAttributeMaxDynamicSharedMemorySize first.
 //   For any problem both kernels accept, tc_dec gives the same bits as tc_fwd (same BN per head dim,
 //   same operation sequence per row); so does any batch, query subset or decode step (docs/tensorcore.md).
@@ -36,6 +46,12 @@ namespace tc {
 
 using uint32_t = unsigned int;  // NVRTC has no <stdint.h>
 #define TC_NEG_INF __int_as_float(0xff800000)
+// Keys per chunk of the key split (docs/tensorcore-numerics.md §9): a constant of the contract, the
+// same for every dtype, head dim and architecture, a multiple of every BN. It changes bits (rows
+// that see keys in two chunks fold two partials), so prefill and decode share it. 2048, not 1024:
+// each chunk costs prefill a launch and a round trip of its fold state through memory (H100: W3c
+// +21 % at 1024, +12 % at 2048), and dec1 was no faster at 1024 (66.5 against 60.9 µs).
+#define TC_KCHUNK 2048
 
 }  // namespace tc
 
@@ -62,6 +78,9 @@ struct TcArgs {
     int B, Hq, Hkv, Sq, Skv;    // 152  Hq % Hkv == 0 (MHA, GQA, MQA); Sq, Skv >= 1; B, Hq <= 65535
     float scale;                // 172  softmax scale (1/sqrt(D) by default; the host chooses)
     int top_left;               // 176  causal alignment (see above)
+    float* part;                // 184  f32 scratch of the key-chunk fold (see the launch
+                                //      configuration above), or NULL when Skv <= TC_KCHUNK
+    int chunk;                  // 192  prefill: the key chunk of this launch (decode: 0, unused)
 };
 
 namespace tc {
@@ -115,6 +134,30 @@ __device__ __forceinline__ float clamp_nan(float x, float m) {
     asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(x), "f"(m));
     asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(y), "f"(-m));
     return y;
+}
+
+// This row's scale of a step whose max is mu (docs/tensorcore-numerics.md §5 step 2): sl2r capped so
+// that |mu * sl2e| <= 2^24. rcp.approx.ftz flushes a subnormal result to +0, which it is for |mu| >=
+// 2^126: the cap is then 2^-104 instead, never 0 (a 0 would make -inf * sl2e = NaN). mu = 0 gives
+// rcp = +inf and sl2e = sl2r.
+__device__ __forceinline__ float capped_scale(float sl2r, float mu) {
+    return fminf(sl2r, fmaxf(__fmul_rn(16777216.0f, rcp(fabsf(mu))), 4.93038066e-32f /* 2^-104 */));
+}
+
+// The weights a (of the folded state, max M) and b (of the next chunk, max mc) of one fold step of
+// the key split (docs/tensorcore-numerics.md §9 step 2); the new max is fmaxf(M, mc). One of them is
+// ex2(0) = 1 exactly unless both maxima are -inf (then both are ex2(-inf) = +0).
+__device__ __forceinline__ void fold_weights(float M, float mc, float sl2r, float& a, float& b) {
+    const float mn = fmaxf(M, mc);
+    const float mu = (mn == TC_NEG_INF) ? 0.f : mn;
+    const float sl2e = capped_scale(sl2r, mu);
+    a = ex2(__fmul_rn(__fsub_rn(M, mu), sl2e));
+    b = ex2(__fmul_rn(__fsub_rn(mc, mu), sl2e));
+}
+
+// One fold step of a sum or an O element: x * a + RN(xc * b), one FFMA (§9 step 2).
+__device__ __forceinline__ float fold(float x, float a, float xc, float b) {
+    return __fmaf_rn(x, a, __fmul_rn(xc, b));
 }
 
 template <typename T>
@@ -339,6 +382,21 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     int kv_end = L;
     if (CAUSAL) kv_end = min(L, (DEC ? Sq : min(q0 + BM, Sq)) + coff);
     const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    // The key split (docs/tensorcore-numerics.md §9): chunk c is tiles [c·CT, (c + 1)·CT).
+    // Decode, split launch (gridDim.x > 1): the block runs chunk blockIdx.x and leaves the fold to
+    //   tc_merge. Decode, one block per kv head (gridDim.x = 1): every chunk, folded in registers at
+    //   each boundary (`whole`). Prefill: chunk A.chunk of one launch per chunk (the host launches
+    //   chunks 0, 1, ... in order on one stream), folded in the epilogue into the state the previous
+    //   launch left in `part`: at a chunk boundary inside the loop, ptxas spilled the D = 128
+    //   kernels (stack 8-24 bytes, whatever the form of the fold; decode has registers to spare).
+    // A block whose keys ended in an earlier chunk has nothing to do (by position).
+    constexpr int CT = TC_KCHUNK / BN;
+    static_assert(TC_KCHUNK % BN == 0, "a chunk is whole key tiles");
+    const bool whole = DEC && gridDim.x == 1;
+    const int chunk = DEC ? (int)blockIdx.x : A.chunk;
+    const int j0 = chunk * CT;
+    const int jend = whole ? ntiles : min(ntiles, j0 + CT);
+    if (chunk > 0 && j0 >= ntiles) return;
 
     auto load_kv = [&](int j) {
         const int st = j % STAGES;
@@ -351,11 +409,11 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     // first K/V tiles are still in flight. The loop's wait count is the same either way: the extra
     // group is the oldest and is complete by then.
     if (Ty<T>::SCALE_Q) cp_async_commit();
-    if (0 < ntiles) load_kv(0);
+    if (j0 < jend) load_kv(j0);
     cp_async_commit();
 #pragma unroll
     for (int s = 1; s < STAGES - 1; ++s) {
-        if (s < ntiles) load_kv(s);
+        if (j0 + s < jend) load_kv(j0 + s);
         cp_async_commit();
     }
     // Scores in log2 units. The clamp only matters for a scale near FLT_MAX (finite, > 0: validated):
@@ -394,10 +452,50 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     const uint32_t offK = soff<D>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
     const uint32_t offV = soff<D>((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
 
-    for (int j = 0; j < ntiles; ++j) {
+    // The key split's fold (docs/tensorcore-numerics.md §9). This row's sl2 · 2^sh (as in the loop).
+    auto row_sl2 = [&](int mt, int hf) -> float {
+        return Ty<T>::SCALE_Q
+            ? reinterpret_cast<const float*>(smem + (sRow - sQ))[wrow + mt * 16 + (lane >> 2) + hf * 8]
+            : sl2;
+    };
+    // Prefill: the fold state of the chunks before the current one, in `part`: NE words per thread,
+    // stored word-major ([block][word][thread]: a warp's access is 128 contiguous bytes), each thread
+    // reading only what it wrote, in an earlier launch. Words: (M, L) per row half, then its O
+    // fragment. Block and thread indices from fresh reads of %ctaid and %tid.
+    constexpr int NE = MT * 4 + MT * ND * 4;
+    auto fold_state = [&]() -> float* {
+        uint32_t x, y, z, t;
+        asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(x));
+        asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(y));
+        asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(z));
+        asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+        const long long blk = ((long long)z * gridDim.y + y) * gridDim.x + x;
+        return A.part + blk * (NE * NT) + t;
+    };
+    // Fold the state st of the finished chunks into row half (mt, hf) of the current chunk, whose max
+    // is m and whose quad-summed sum is l: afterwards (m, l, its O fragment) are the folded state.
+    auto fold_in = [&](const float* st, int mt, int hf, float& m, float& l) {
+        const float M = st[((mt * 2 + hf) * 2) * NT], Ls = st[((mt * 2 + hf) * 2 + 1) * NT];
+        float a, bw;
+        fold_weights(M, m, row_sl2(mt, hf), a, bw);
+        l = fold(Ls, a, l, bw);
+        m = fmaxf(M, m);
+#pragma unroll
+        for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float& x = oacc[mt][dn][hf * 2 + e];
+                x = fold(st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT], a, x, bw);
+            }
+    };
+
+    // Decode, whole: the fold state of the finished chunks (M, L per row half; the O fragment).
+    float sM[2], sL[2], sO[DEC ? ND : 1][4];
+
+    for (int j = j0; j < jend; ++j) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();  // tile j landed for everyone; stage (j-1) % STAGES is free again
-        if (QREG && j == 0) {
+        if (QREG && j == j0) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -405,7 +503,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                     ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0],
                             sQ + mt * 16 * D * 2 + (offQ ^ (kk << 5)));
         }
-        if (j + STAGES - 1 < ntiles) load_kv(j + STAGES - 1);
+        if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
         cp_async_commit();
         const int st = j % STAGES;
         const uint32_t sKs = sK + st * BN * D * 2, sVs = sV + st * BN * D * 2;
@@ -561,8 +659,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 // D = 256 scores reach 2^127): the cap is then 2^-104 instead, still |mu·sl2e| <= 2^24,
                 // never 0 (a 0 would make (m_old - mu)·sl2e = -inf·0 = NaN). Where rcp does not flush,
                 // 2^24·rcp >= 2^-102 and the max changes nothing.
-                const float sl2e =
-                    fminf(sl2r, fmaxf(__fmul_rn(16777216.0f, rcp(fabsf(mu))), 4.93038066e-32f /* 2^-104 */));
+                const float sl2e = capped_scale(sl2r, mu);
                 const float nms = __fsub_rn(Ty<T>::BIAS, __fmul_rn(mu, sl2e));
                 const float corr = ex2(__fmul_rn(__fsub_rn(m_old, mu), sl2e));  // ex2(0) = 1 exactly
                 float rs = 0.f;
@@ -613,6 +710,36 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 }
             }
         }
+
+        // Decode, whole: at a chunk boundary with more tiles to come, the chunk's partial (m,
+        // quad-summed l, O) becomes the state (first chunk) or is folded into it (§9 step 2, the
+        // same operations as tc_merge), and the row state restarts.
+        if constexpr (DEC) {
+            if (whole && j + 1 < jend && (j + 1) % CT == 0) {
+                const bool first = j + 1 == CT;
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    float l = lrow[0][hf];
+                    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+                    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+                    const float m = mrow[0][hf];
+                    float a = 0.f, bw = 1.f;
+                    if (!first) fold_weights(sM[hf], m, row_sl2(0, hf), a, bw);
+                    sL[hf] = first ? l : fold(sL[hf], a, l, bw);
+                    sM[hf] = first ? m : fmaxf(sM[hf], m);
+#pragma unroll
+                    for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            float& x = oacc[0][dn][hf * 2 + e];
+                            sO[dn][hf * 2 + e] = first ? x : fold(sO[dn][hf * 2 + e], a, x, bw);
+                            x = 0.f;
+                        }
+                    mrow[0][hf] = TC_NEG_INF;
+                    lrow[0][hf] = 0.f;
+                }
+            }
+        }
     }
 
     cp_async_wait<0>();
@@ -625,6 +752,21 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     // is clamped to +-MAXT before rounding (else the conversion gives inf). Fully masked rows -> +0
     // exactly, by selection (whatever the sign of O's zeros).
     const float maxt = Ty<T>::maxt();
+    // Prefill under the key split: does a later launch continue this block's rows? Recomputed here
+    // from fresh reads (the block's tile count as above), not kept through the loop: on sm_80 the
+    // D = 128 causal kernels spilled when it was.
+    bool more = false;
+    if (!DEC) {
+        uint32_t bx, bz;
+        asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(bx));
+        asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(bz));
+        int Le = kv_lens ? kv_lens[bz] : Skv;
+        Le = min(max(Le, 0), Skv);
+        const int q0e = (CAUSAL ? (int)(gridDim.x - 1 - bx) : (int)bx) * BM;
+        const int ende = CAUSAL ? min(Le, min(q0e + BM, Sq) + Le - Sq + (A.top_left ? Sq - Le : 0)) : Le;
+        const int nte = ende > 0 ? (ende + BN - 1) / BN : 0;
+        more = (A.chunk + 1) * CT < nte;
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -632,6 +774,53 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             float l = lrow[mt][hf];
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+            // The key split. Prefill: a chunk after the first is folded into the state of the earlier
+            // ones; unless it is the block's last, the (folded) state goes back to `part` for the
+            // next launch; the last is normalised as below. A split decode block writes its chunk's
+            // partial (O, m, l, sl2 · 2^sh) for tc_merge (rows 0..15 of its record, those past G·Sq
+            // unused).
+            if (!DEC && A.chunk > 0) {
+                float m = mrow[mt][hf];
+                fold_in(fold_state(), mt, hf, m, l);
+                mrow[mt][hf] = m;
+            }
+            if constexpr (DEC) {
+                if (whole && ntiles > CT) {  // the last chunk into the state of the earlier ones
+                    float a, bw;
+                    fold_weights(sM[hf], mrow[0][hf], row_sl2(0, hf), a, bw);
+                    l = fold(sL[hf], a, l, bw);
+#pragma unroll
+                    for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            oacc[0][dn][hf * 2 + e] = fold(sO[dn][hf * 2 + e], a, oacc[0][dn][hf * 2 + e], bw);
+                }
+            }
+            if (more) {
+                float* st = fold_state();
+                st[((mt * 2 + hf) * 2) * NT] = mrow[mt][hf];
+                st[((mt * 2 + hf) * 2 + 1) * NT] = l;
+#pragma unroll
+                for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT] = oacc[mt][dn][hf * 2 + e];
+                continue;
+            }
+            if (DEC && gridDim.x > 1) {
+                const int r = (lane >> 2) + hf * 8;
+                float* rec = A.part + ((((long long)b * Hkv + hk) * gridDim.x + blockIdx.x) * 16 + r) * (D + 4);
+#pragma unroll
+                for (int dn = 0; dn < ND; ++dn)
+                    *reinterpret_cast<float2*>(rec + (dp0 * 2 + dn) * 8 + (lane & 3) * 2) =
+                        make_float2(oacc[mt][dn][hf * 2], oacc[mt][dn][hf * 2 + 1]);
+                if (warp == 0 && (lane & 3) == 0) {
+                    rec[D] = mrow[mt][hf];
+                    rec[D + 1] = l;
+                    rec[D + 2] = row_sl2(mt, hf);
+                }
+                continue;
+            }
             // Both tests keep a NaN a NaN (l == 0 is false for NaN; min.NaN/max.NaN return NaN where
             // fminf/fmaxf would return the bound): finite input never makes one here, and if a
             // defect ever did, the tests must see it rather than a plausible finite value.
@@ -646,6 +835,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
             }
         }
+    if ((DEC && gridDim.x > 1) || more) return;  // not the output (yet)
     __syncthreads();
     // The block's output rows, recomputed from fresh reads of %ctaid rather than kept in registers
     // through the loop (the D = 128 kernels have none to spare; this only runs once).
@@ -689,10 +879,10 @@ using tc::uint32_t;
              long long q_bs, long long q_hs, long long k_bs, long long k_hs, long long v_bs,            \
              long long v_hs, long long o_bs, long long o_hs, long long msb, long long msh,              \
              long long msq, int q_ss, int k_ss, int v_ss, int o_ss, int B, int Hq, int Hkv, int Sq,     \
-             int Skv, float scale, int top_left) {                                                      \
+             int Skv, float scale, int top_left, float* __restrict__ part, int chunk) {                 \
         const TcArgs A{q,    k,    v,    o,    kv_lens, mask, q_bs, q_hs, k_bs,  k_hs,    v_bs, v_hs,  \
                        o_bs, o_hs, msb,  msh,  msq,     q_ss, k_ss, v_ss, o_ss,  B,       Hq,   Hkv,   \
-                       Sq,   Skv,  scale, top_left};                                                    \
+                       Sq,   Skv,  scale, top_left, part, chunk};                                       \
         tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC>(A);                                            \
     }
 
@@ -742,6 +932,72 @@ TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
 TC_DECODE(tc_dec, tc_cfg_dec_d64, 64,  4, TC_BN_D64,  6,             2)
 TC_DECODE(tc_dec, tc_cfg_dec_d128, 128, 4, TC_BN_D128, TC_DEC_ST_BIG, 2)
 TC_DECODE(tc_dec, tc_cfg_dec_d256, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
+
+extern "C" __constant__ int tc_kchunk[1] = {TC_KCHUNK};
+
+// ------------------------------------------------------------------------- the decode merge
+//
+// tc_merge_<T>: after a split tc_dec launch (gridDim.x = nch > 1), fold each row's chunk partials in
+// increasing chunk order and write the output row (docs/tensorcore-numerics.md §9 steps 2-3). Grid
+// (G * Sq, Hkv, B), block D threads: thread d owns output column d of row blockIdx.x (query row
+// blockIdx.x % Sq of query head hk * G + blockIdx.x / Sq) and recomputes the row's (M, L) itself
+// (the same instructions on the same words in every thread). The chunk count of the row's batch
+// element comes from kv_lens (public) exactly as tc_dec's tile count does; chunks past it were not
+// written and are not read.
+struct TcMerge {
+    const float* part;      //   0  [B, Hkv, nch, 16, D + 4]: O (D), m, l, sl2 · 2^sh, unused
+    void* o;                //   8  the output, strides o_*
+    const int* kv_lens;     //  16  [B] key lengths or NULL (= Skv). PUBLIC
+    long long o_bs, o_hs;   //  24
+    int o_ss, Hq, Hkv, Sq;  //  40
+    int Skv, D, nch;        //  56
+    int causal, top_left;   //  68
+};                          //  80 bytes
+
+namespace tc {
+
+template <typename T>
+__device__ __forceinline__ void merge(const TcMerge& P) {
+    const int r = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, d = threadIdx.x;
+    const int D = P.D, Sq = P.Sq, G = P.Hq / P.Hkv;
+    int L = P.kv_lens ? P.kv_lens[b] : P.Skv;
+    L = min(max(L, 0), P.Skv);
+    const int coff = P.top_left ? 0 : L - Sq;
+    const int kv_end = P.causal ? min(L, Sq + coff) : L;  // as tc::fwd (decode)
+    const int nch = min(kv_end > 0 ? (kv_end + TC_KCHUNK - 1) / TC_KCHUNK : 0, P.nch);
+    const float* rec = P.part + (((long long)b * P.Hkv + hk) * P.nch * 16 + r) * (D + 4);
+    const long long cstride = 16LL * (D + 4);
+    // Chunk 0 is the state (step 2's start); nch = 0 (no key visible) leaves (-inf, +0, +0).
+    float M = TC_NEG_INF, Ls = 0.f, O = 0.f, sl2r = 1.f;
+    if (nch > 0) {
+        M = rec[D];
+        Ls = rec[D + 1];
+        sl2r = rec[D + 2];
+        O = rec[d];
+    }
+#pragma unroll 8
+    for (int c = 1; c < nch; ++c) {
+        const float* rc = rec + c * cstride;
+        const float mc = rc[D], lc = rc[D + 1], oc = rc[d];
+        float a, bw;
+        fold_weights(M, mc, sl2r, a, bw);
+        Ls = fold(Ls, a, lc, bw);
+        O = fold(O, a, oc, bw);
+        M = fmaxf(M, mc);
+    }
+    // §7 on the folded (L, O), without its quad sum (L is already the row's).
+    const bool seen = !(Ls == 0.f);
+    const float inv = seen ? rcp(Ls) : 0.f;
+    const float out = seen ? clamp_nan(__fmul_rn(O, inv), Ty<T>::maxt()) : 0.f;
+    const uint32_t packed = Ty<T>::pack(out, 0.f);
+    T* orow = static_cast<T*>(P.o) + (b * P.o_bs + (hk * G + r / Sq) * P.o_hs + (long long)(r % Sq) * P.o_ss);
+    reinterpret_cast<unsigned short*>(orow)[d] = (unsigned short)(packed & 0xffffu);
+}
+
+}  // namespace tc
+
+extern "C" __global__ void __launch_bounds__(256) tc_merge_f16(const TcMerge P) { tc::merge<__half>(P); }
+extern "C" __global__ void __launch_bounds__(256) tc_merge_bf16(const TcMerge P) { tc::merge<__nv_bfloat16>(P); }
 
 // ------------------------------------------------------------------ non-finite policy kernels
 //

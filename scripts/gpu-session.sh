@@ -70,6 +70,11 @@ for s in "${STAGES[@]}"; do
         "--path tensorcore --dtype f16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 300 --head-dim 64 --kv-lens 300,129"
         "--path tensorcore --dtype bf16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 2 --kv-len 200 --head-dim 128 --causal --mask full"
         "--path tensorcore --dtype f16 --batch 1 --q-heads 8 --kv-heads 1 --q-len 1 --kv-len 150 --head-dim 256 --layout bshd"
+        # the key split (past 2048 keys): split decode + tc_merge, and prefill in chunk launches
+        "--path tensorcore --dtype f16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 4500 --head-dim 128 --kv-lens 4500,2000 --mask full"
+        "--path tensorcore --dtype bf16 --batch 1 --q-heads 4 --kv-heads 2 --q-len 2 --kv-len 2100 --head-dim 256 --causal"
+        "--path tensorcore --dtype bf16 --batch 1 --q-heads 2 --kv-heads 1 --q-len 150 --kv-len 4300 --head-dim 64 --causal --nonfinite propagate"
+        "--path tensorcore --dtype f16 --batch 128 --q-heads 4 --kv-heads 2 --q-len 1 --kv-len 2100 --head-dim 64 --mask full"
       )
       for tool in memcheck racecheck initcheck synccheck; do
         for args in "${P[@]}"; do
@@ -107,6 +112,14 @@ for s in "${STAGES[@]}"; do
         --head-dim 64 --n 10000 --json-out "$OUT/tcdudect-f16-d64.json"
       stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
         --head-dim 128 --n 10000 --json-out "$OUT/tcdudect-bf16-d128.json"
+      # The key split: a split decode (4200 keys: three chunk blocks and tc_merge) and a prefill of
+      # three chunk launches.
+      stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
+        --head-dim 128 --q-len 1 --kv-len 4200 --heads 8 --n 10000 --json-out "$OUT/tcdudect-split-decode.json"
+      stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype f16 \
+        --head-dim 64 --q-len 64 --kv-len 4200 --heads 2 --n 10000 --json-out "$OUT/tcdudect-split-prefill.json"
+      # (Not here: the decode that folds every chunk in one block needs 256 kv heads, whose 275 MB
+      # of inputs the harness regenerates per measurement: it did not finish in 300 s.)
       if [ -d .carry/cubin-tc-leaky ]; then
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 "$OBIN/detattn-dudect" \
           --backend cuda --path tensorcore --dtype f16 --head-dim 64 --n 10000 --expect-leak \

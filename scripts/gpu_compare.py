@@ -16,8 +16,12 @@ What it measures, each on the same shapes and with the same protocol for both li
       as the anchors did). SDPA gets the real GQA problem through `enable_gqa=True`, so it reads
       the same 8-head KV cache detattn reads; a backend that refuses that is timed with K and V
       repeated to 32 heads (4x the K/V reads) and the row says "kv repeated".
-Workloads: W1, W2, W2c, W3c (the anchors), decode (B=32) and dec1 (B=1, Skv=32768); `--only` picks
-some, `--quick` = W1,W2.
+  (d) the decode grid of issue 11 (`--only grid`): B in {1, 2, 8, 32} x Skv in {8192, 32768, 131072} x
+      Hkv in {1, 8}, Hq = 4 Hkv (G = 4, the decode kernel), D = 128 bf16, as (c) in one compact table.
+      `detattn bench` generates its inputs on the host, so caches above `--max-cache-gb` (default
+      1.2 GB) are listed as not measured rather than generated for minutes.
+Workloads: W1, W2, W2c, W3c (the anchors), decode (B=32) and dec1 (B=1, Skv=32768), the grid ids
+g<B>_s<Skv/1024>k_h<Hkv>; `--only` picks some (`grid` = all grid ids), `--quick` = W1,W2.
 `--paths` picks the Exact and/or the TensorCore rows (default both).
 
 Protocol (both libraries): `--warmup` untimed launches, then `--iters` samples (>= 20), each
@@ -54,8 +58,14 @@ WORKLOADS = {
     "decode": ((32, 32, 8, 1, 8192, 128), "bf16", False),
     "dec1": ((1, 32, 8, 1, 32768, 128), "bf16", False),
 }
+GRID = []
+for _b in (1, 2, 8, 32):
+    for _s in (8192, 32768, 131072):
+        for _h in (1, 8):
+            GRID.append(f"g{_b}_s{_s // 1024}k_h{_h}")
+            WORKLOADS[GRID[-1]] = ((_b, 4 * _h, _h, 1, _s, 128), "bf16", False)
 PREFILL = ["W1", "W2", "W2c", "W3c"]
-DECODE = ["decode", "dec1"]
+DECODE = ["decode", "dec1"] + GRID
 TORCH_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 SDPA = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -74,6 +84,7 @@ def parse_args():
     ap.add_argument("--iters", type=int, default=30, help="timed samples (>= 20)")
     ap.add_argument("--rotate", type=int, default=4, help="input sets cycled (>= 4)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per detattn call")
+    ap.add_argument("--max-cache-gb", type=float, default=1.2, help="grid: largest K+V cache measured")
     a = ap.parse_args()
     if a.per_sample < 1:
         ap.error("--per-sample must be >= 1")
@@ -86,6 +97,7 @@ def parse_args():
         ids = ["W1", "W2"]
     if a.only:
         want = [w.strip() for w in a.only.split(",") if w.strip()]
+        want = [g for w in want for g in (GRID if w == "grid" else [w])]
         bad = [w for w in want if w not in WORKLOADS]
         if bad:
             ap.error(f"unknown workload(s) {bad}; expected some of {list(WORKLOADS)}")
@@ -231,6 +243,12 @@ def main():
                "detattn": {}}
         decode = wid in DECODE
         print(f"{wid} B,Hq,Hkv,Sq,Skv,D={shape} {dt}{' causal' if causal else ''}", flush=True)
+        cache = 2 * shape[0] * shape[2] * shape[4] * shape[5] * ELEM_BYTES[dt]
+        if wid in GRID and cache > A.max_cache_gb * 1e9:
+            row["skipped"] = f"cache {cache / 1e9:.1f} GB > --max-cache-gb {A.max_cache_gb}"
+            print(f"  not measured: {row['skipped']}", flush=True)
+            res["rows"].append(row)
+            continue
         for be in ("flash", "cudnn"):
             v = measure(f"SDPA {be} {dt}", lambda be=be: time_sdpa(be, shape, dt, causal, A), row["sdpa"], f"{be}_{dt}")
             if v:
@@ -274,6 +292,16 @@ def cell(v):
     return f"{v:,.1f}".replace(",", " ") if isinstance(v, float) else str(v)
 
 
+def section(rows, ids, title, header):
+    """Print a table's title, header and separator; yield (id, row, dtype) of the ids measured."""
+    print(f"\n#### {title}\n")
+    print(header)
+    print("|" + " --- |" * (header.count("|") - 1))
+    for w in ids:
+        if w in rows:
+            yield w, rows[w], rows[w]["dtype"]
+
+
 def print_tables(res, A, proto):
     print()
     print(f"### detattn vs PyTorch SDPA — {res['device']}, {res['date_utc']}, torch {res['torch']}")
@@ -283,13 +311,9 @@ def print_tables(res, A, proto):
         print(f"Copy ceiling measured in this command: {res['copy_TBps']:.3f} TB/s (1 GiB d2d, read + write).")
     rows = {r["id"]: r for r in res["rows"]}
     if "exact" in A.path_set and any(w in rows for w in PREFILL):
-        print("\n#### (a) Exact path\n")
-        print("| id | detattn dtype | detattn µs | TF/s | SDPA eff f32 µs | vs eff f32 | flash µs | vs flash | cuDNN µs | vs cuDNN |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-        for w in PREFILL:
-            if w not in rows:
-                continue
-            r, dt = rows[w], rows[w]["dtype"]
+        for w, r, dt in section(rows, PREFILL, "(a) Exact path",
+                                "| id | detattn dtype | detattn µs | TF/s | SDPA eff f32 µs | vs eff f32 | "
+                                "flash µs | vs flash | cuDNN µs | vs cuDNN |"):
             eff, fl, cu = (us_of(r["sdpa"].get(k)) for k in ("efficient_f32", f"flash_{dt}", f"cudnn_{dt}"))
             for our in ("f32", dt):
                 v = r["detattn"].get(f"exact_{our}")
@@ -299,21 +323,35 @@ def print_tables(res, A, proto):
                       f"{fmt_ratio(us, eff)} | {cell(r['sdpa'].get(f'flash_{dt}'))} | {fmt_ratio(us, fl)} | "
                       f"{cell(r['sdpa'].get(f'cudnn_{dt}'))} | {fmt_ratio(us, cu)} |")
     if "tensorcore" in A.path_set and any(w in rows for w in PREFILL):
-        print("\n#### (b) TensorCore path\n")
-        print("| id | dtype | detattn µs | TF/s | flash µs | TF/s | vs flash | cuDNN µs | TF/s | vs cuDNN |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-        for w in PREFILL:
-            if w not in rows:
-                continue
-            r, dt = rows[w], rows[w]["dtype"]
+        for w, r, dt in section(rows, PREFILL, "(b) TensorCore path",
+                                "| id | dtype | detattn µs | TF/s | flash µs | TF/s | vs flash | cuDNN µs | TF/s | "
+                                "vs cuDNN |"):
             v = r["detattn"].get(f"tensorcore_{dt}")
             us = us_of(v)
             fl, cu = us_of(r["sdpa"].get(f"flash_{dt}")), us_of(r["sdpa"].get(f"cudnn_{dt}"))
             tf = lambda x: f"{r['flops'] / x / 1e6:.1f}" if x else ""  # noqa: E731
             print(f"| {w} | {dt} | {cell(v)} | {tf(us)} | {cell(r['sdpa'].get(f'flash_{dt}'))} | {tf(fl)} | "
                   f"{fmt_ratio(us, fl)} | {cell(r['sdpa'].get(f'cudnn_{dt}'))} | {tf(cu)} | {fmt_ratio(us, cu)} |")
+    if any(w in rows for w in GRID):
+        ceil = res.get("copy_TBps")
+        for w, r, dt in section(rows, GRID, "(d) Decode grid (Hq = 4 Hkv, Sq 1, D 128, bf16; GB/s of K + V + Q + O bytes)",
+                                "| B | Skv | Hkv | K+V MB | detattn tc µs | GB/s | of ceiling | cuDNN µs | tc / cuDNN | "
+                                "flash µs | tc / flash |"):
+            b, _, h, _, sk, d = r["shape"]
+            mb = 2 * b * h * sk * d * ELEM_BYTES[dt] / 1e6
+            if "skipped" in r:
+                print(f"| {b} | {sk} | {h} | {mb:.0f} | not measured: {r['skipped']} | | | | | | |")
+                continue
+            v = r["detattn"].get(f"tensorcore_{dt}")
+            us = us_of(v)
+            gbs = r["bytes"] / us / 1e3 if us else None
+            frac = f"{gbs / (ceil * 1e3):.0%}" if gbs and ceil else ""
+            cu, fl = us_of(r["sdpa"].get(f"cudnn_{dt}")), us_of(r["sdpa"].get(f"flash_{dt}"))
+            print(f"| {b} | {sk} | {h} | {mb:.0f} | {cell(v)} | {f'{gbs:.0f}' if gbs else ''} | {frac} | "
+                  f"{cell(r['sdpa'].get(f'cudnn_{dt}'))} | {fmt_ratio(us, cu)} | "
+                  f"{cell(r['sdpa'].get(f'flash_{dt}'))} | {fmt_ratio(us, fl)} |")
     for w in DECODE:
-        if w not in rows:
+        if w not in rows or w in GRID:
             continue
         r, dt = rows[w], rows[w]["dtype"]
         ceil = res.get("copy_TBps")

@@ -357,6 +357,24 @@ pub fn cases() -> Vec<GoldenCase> {
             &[33, 12],
         ),
         top_left(case("f32_top_left_d80", (1, 2, 1, 17, 70, 80), F32, 33)),
+        // Past 2048 keys, the TensorCore path's key split (docs/tensorcore-numerics.md §9): a
+        // split decode with ragged key lengths (one batch element within one chunk), a prefill of
+        // three chunk launches, and a masked d256 decode with empty mask rows.
+        lens(
+            case("f16_decode_split_gqa", (2, 8, 2, 1, 5000, 128), F16, 46),
+            &[5000, 2000],
+        ),
+        causal(case(
+            "bf16_prefill_split_causal",
+            (1, 2, 1, 80, 4200, 64),
+            Bf16,
+            47,
+        )),
+        masked(
+            case("f16_d256_split_mask", (1, 2, 2, 3, 3000, 256), F16, 48),
+            MaskLayout::FULL,
+            Some(2),
+        ),
         // Paged KV caches: the same problems as above with K and V in shuffled pages; their
         // digests are those problems' by construction (a paged cache is a layout).
         paged(

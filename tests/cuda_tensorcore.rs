@@ -367,13 +367,178 @@ fn d3_decode_equals_causal_prefill_at_every_row() {
     each_type_and_dim!(d3_one, &e);
 }
 
+// ------------------------------------------------------------------- across the key chunks
+
+/// Keys of the causal reference of `d2_d3_d4_across_key_chunks`: three chunks of the key split
+/// (`tc_kchunk` = 2048 keys, docs/tensorcore-numerics.md §9), the last one partial.
+const SPLIT_S: usize = 4500;
+/// Keys per chunk (kernels/tensorcore.cu, `TC_KCHUNK`).
+const KCHUNK: usize = 2048;
+/// Rows checked through the decode kernel: both sides of each chunk boundary, the ends, and a few
+/// in between.
+const SPLIT_ROWS: [usize; 14] = [
+    0, 1, 1000, 2046, 2047, 2048, 2049, 3000, 4094, 4095, 4096, 4097, 4498, 4499,
+];
+
+/// With more keys than one chunk, the rows of a causal prefill (one launch per chunk, each folding
+/// into the state of the last) equal: decode steps through the split decode launch and its merge,
+/// alone (key length `i + 1` by kv_lens, or by a cache of exactly `i + 1` keys: one chunk or a
+/// split) and batched with other steps (ragged chunk counts in one launch; D2, D3); windows of
+/// query rows through the prefill kernel (D4). With a mask too, whose rows 2100..2300 hide every
+/// key of chunk 0 (the fold then starts from a chunk with no key) and every 11th row is empty.
+fn split_one<T: Element>(e: &Engine, d: usize) {
+    let (hq, hkv, s) = (8, 2, SPLIT_S);
+    for masked in [false, true] {
+        let layout = masked.then_some(MaskLayout::FULL);
+        let pre_p = problem((1, hq, hkv, s, s, d), true, None, layout);
+        let mut x = inputs::<T>(&pre_p, 700 + d as u64 + u64::from(masked));
+        if let Some(m) = x.mask.as_mut() {
+            for h in 0..hq {
+                for i in 2100..2300 {
+                    m[(h * s + i) * s..][..KCHUNK].fill(false);
+                }
+            }
+        }
+        let pre = run(e, &pre_p, &x);
+        let want = |h: usize, i: usize| &pre[(h * s + i) * d..][..d];
+        let q_row = |h: usize, i: usize| &x.q[(h * s + i) * d..][..d];
+        let mask_row = |h: usize, i: usize| x.mask.as_ref().map(|m| &m[(h * s + i) * s..][..s]);
+        let what = |how: &str, i: usize, h: usize| {
+            format!(
+                "{} d{d} mask={masked}: {how}, row {i} head {h} differs from the causal prefill row",
+                tname::<T>()
+            )
+        };
+        // Decode, alone: key length i + 1 through kv_lens over the whole cache, and a cache of
+        // exactly i + 1 keys.
+        for &i in &SPLIT_ROWS {
+            let q: Vec<T> = (0..hq).flat_map(|h| q_row(h, i).iter().copied()).collect();
+            let mask: Option<Vec<bool>> = masked.then(|| {
+                (0..hq)
+                    .flat_map(|h| mask_row(h, i).unwrap().iter().copied())
+                    .collect()
+            });
+            let dp = problem((1, hq, hkv, 1, s, d), false, Some(vec![i + 1]), layout);
+            let got = run_raw(e, &dp, &q, &x.k, &x.v, mask.as_deref()).expect("decode");
+            for h in 0..hq {
+                assert!(
+                    bits(&got[h * d..][..d]) == bits(want(h, i)),
+                    "{}",
+                    what("decode by kv_lens", i, h)
+                );
+            }
+            let n = i + 1;
+            let cut = |t: &[T]| -> Vec<T> {
+                (0..hkv)
+                    .flat_map(|g| t[g * s * d..][..n * d].iter().copied())
+                    .collect()
+            };
+            let mcut: Option<Vec<bool>> = mask.as_ref().map(|m| {
+                (0..hq)
+                    .flat_map(|h| m[h * s..][..n].iter().copied())
+                    .collect()
+            });
+            let dp = problem((1, hq, hkv, 1, n, d), false, None, layout);
+            let got = run_raw(e, &dp, &q, &cut(&x.k), &cut(&x.v), mcut.as_deref()).expect("decode");
+            for h in 0..hq {
+                assert!(
+                    bits(&got[h * d..][..d]) == bits(want(h, i)),
+                    "{}",
+                    what("decode, cache of i + 1 keys", i, h)
+                );
+            }
+        }
+        // Decode, batched: one step per batch element, ragged chunk counts in one launch. Six
+        // elements split the keys over blocks (and merge); 128 (256 kv-head blocks, the host's
+        // DECODE_WHOLE_BLOCKS) walk every chunk in one block and fold in registers.
+        let few = [4499, 2047, 0, 2048, 4095, 3500];
+        let many: Vec<usize> = (0..128)
+            .map(|b| (SPLIT_ROWS[b % SPLIT_ROWS.len()] + b / 14).min(SPLIT_S - 1))
+            .collect();
+        for steps in [&few[..], &many[..]] {
+            let nb = steps.len();
+            let mut bq = Vec::new();
+            let (mut bk, mut bv) = (Vec::new(), Vec::new());
+            let mut bm = Vec::new();
+            for &i in steps {
+                bq.extend((0..hq).flat_map(|h| q_row(h, i).iter().copied()));
+                bk.extend_from_slice(&x.k);
+                bv.extend_from_slice(&x.v);
+                if masked {
+                    bm.extend((0..hq).flat_map(|h| mask_row(h, i).unwrap().iter().copied()));
+                }
+            }
+            let dp = problem(
+                (nb, hq, hkv, 1, s, d),
+                false,
+                Some(steps.iter().map(|i| i + 1).collect()),
+                layout,
+            );
+            let got =
+                run_raw(e, &dp, &bq, &bk, &bv, masked.then_some(&bm[..])).expect("batched decode");
+            for (b, &i) in steps.iter().enumerate() {
+                for h in 0..hq {
+                    assert!(
+                        bits(&got[(b * hq + h) * d..][..d]) == bits(want(h, i)),
+                        "{}",
+                        what(&format!("batched decode (batch element {b} of {nb})"), i, h)
+                    );
+                }
+            }
+        }
+        // Query windows through the prefill kernel, bottom-right causal by key length a + w.
+        for &(a, w) in &[(0, 40), (2020, 40), (2000, 130), (4090, 17), (4460, 40)] {
+            let wp = problem((1, hq, hkv, w, s, d), true, Some(vec![a + w]), layout);
+            let wq: Vec<T> = (0..hq)
+                .flat_map(|h| (a..a + w).flat_map(move |i| q_row(h, i).iter().copied()))
+                .collect();
+            let wm: Option<Vec<bool>> = masked.then(|| {
+                (0..hq)
+                    .flat_map(|h| {
+                        (a..a + w).flat_map(move |i| mask_row(h, i).unwrap().iter().copied())
+                    })
+                    .collect()
+            });
+            let got = run_raw(e, &wp, &wq, &x.k, &x.v, wm.as_deref()).expect("window");
+            for h in 0..hq {
+                for (r, i) in (a..a + w).enumerate() {
+                    assert!(
+                        bits(&got[(h * w + r) * d..][..d]) == bits(want(h, i)),
+                        "{}",
+                        what(
+                            &format!("window [{a}, {}) through the prefill kernel", a + w),
+                            i,
+                            h
+                        )
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn d2_d3_d4_across_key_chunks() {
+    let Some(e) = gpu("d2_d3_d4_across_key_chunks") else {
+        return;
+    };
+    each_type_and_dim!(split_one, &e);
+    loud(&format!(
+        "key split: causal prefill of {SPLIT_S} keys (3 chunks) = decode alone ({} rows x 2 \
+         cache forms), batched decode (6 steps: split and merged; 128 steps: folded in one \
+         block), prefill windows (5), with and without a mask, every dtype and head dim",
+        SPLIT_ROWS.len()
+    ));
+}
+
 // ----------------------------------------------------------------- every pair of kernels
 
 // D3 across every pair of kernels the host can pick. For one (dtype, D) the host chooses among
 // four attention kernels, from the shape alone (src/cuda/tensorcore.rs, `plan` and `attention`):
-// `tc_fwd` or `tc_dec` (decode iff G·Sq ≤ 16, the decode kernel's BM), each causal or not. There
-// is no other choice on the host: the prefill tile height BM and the key tile width BN are
-// constants of the cubin per head dim (and BM per architecture: 128 or 64), no split of the keys.
+// `tc_fwd` or `tc_dec` (decode iff G·Sq ≤ 16, the decode kernel's BM), each causal or not. The
+// prefill tile height BM and the key tile width BN are constants of the cubin per head dim (and BM
+// per architecture: 128 or 64); the key split's launches (past 2048 keys) follow from Skv alone
+// and are held to the same rows by `d2_d3_d4_across_key_chunks`.
 // So one causal prefill (the reference, `tc_fwd_*_causal`) is computed once, and its rows are
 // computed again through each kernel, from problems whose rows are a subset of its rows:
 //
@@ -919,7 +1084,10 @@ fn accuracy_one<T: Element>(e: &Engine, cpu: &Engine, rng: &mut SplitMix64, i: u
     let hq = hkv * [1, 2, 4, 8][r(4) as usize];
     let short = r(4) == 0;
     let sq = 1 + r(if short { 4 } else { 120 }) as usize;
-    let skv = 1 + r(160) as usize;
+    // One problem in eight past one chunk of the key split (docs/tensorcore-numerics.md §9).
+    let long = r(8) == 0;
+    let sq = if long { sq.min(24) } else { sq };
+    let skv = if long { 2049 + r(3000) } else { 1 + r(160) } as usize;
     let causal = r(2) == 0;
     let lens = (r(3) == 0).then(|| (0..b).map(|_| r(skv as u64 + 1) as usize).collect());
     let mask = match r(8) {

@@ -9,7 +9,15 @@
 //! the `Exact` path's (the error against `Exact` is bounded, docs/tensorcore.md), and they may
 //! differ between architectures (golden digests are recorded per architecture).
 //!
-//! A call is one attention launch, with the policy kernels around it where the `NonFinitePolicy`
+//! The keys are split into chunks of `tc_kchunk` (2048) keys, a constant of the bits
+//! (docs/tensorcore-numerics.md §9). With more keys than that, a decode call with fewer than
+//! [`DECODE_WHOLE_BLOCKS`] (batch × kv head) blocks splits: one block per (chunk, kv head, batch
+//! element), then a merge launch that folds the chunks in order; with more, each block walks its
+//! chunks and folds them itself. A prefill call is one launch per chunk, in order, each folding
+//! its chunk into the state the previous one left in scratch. Up to one chunk of keys, a call is
+//! one attention launch. Every choice is the shape's, and none changes a bit.
+//!
+//! Around the attention launches run the policy kernels where the `NonFinitePolicy`
 //! needs them (docs/tensorcore.md, "Non-finite inputs"): `Check` is the flag scan of q, k, v and
 //! their reduction to three words; under `Propagate`, `Compute` makes sanitised contiguous copies
 //! with per-row flags, finds the first bad key per kv head (no mask), runs the kernel on the
@@ -37,6 +45,13 @@ const ANY_THREADS: u32 = 1024;
 const POISON_ROWS: usize = POLICY_THREADS as usize / 32;
 /// Elements of one 16-byte chunk, the unit the kernels copy.
 const CHUNK: usize = 8;
+/// Rows of a decode partial record (the decode kernel's BM).
+const DECODE_ROWS: usize = 16;
+/// Decode blocks (batch × kv heads) from which one block per kv head fills the GPU (two per SM of
+/// an H100, the decode kernels' occupancy): from there a decode call walks every key chunk in one
+/// block, folding in registers, rather than splitting the keys over blocks and merging (same
+/// bits; no partials through memory, no merge launch).
+const DECODE_WHOLE_BLOCKS: usize = 256;
 
 /// A kernel family's launch configuration, read from the cubin (`tc_cfg_d<D>`, `tc_cfg_dec_d<D>`).
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +73,9 @@ pub(crate) struct TensorCore {
     /// `[dtype: f16, bf16]`.
     sanitize: [Kernel; 2],
     poison: [Kernel; 2],
+    merge: [Kernel; 2],
+    /// Keys per chunk of the key split (`tc_kchunk`).
+    kchunk: usize,
     first_bad: Kernel,
     any_flag: Kernel,
 }
@@ -102,6 +120,8 @@ struct TcArgs {
     skv: i32,
     scale: f32,
     top_left: i32,
+    part: u64,
+    chunk: i32,
 }
 
 fn bytes<T: Pod>(x: &T) -> Vec<u8> {
@@ -141,6 +161,8 @@ impl TcArgs {
             bytes(&a.skv),
             bytes(&a.scale),
             bytes(&a.top_left),
+            bytes(&a.part),
+            bytes(&a.chunk),
         ]
     }
 }
@@ -187,6 +209,31 @@ struct TcPolicy {
 }
 
 const _: () = assert!(std::mem::size_of::<TcPolicy>() == 216);
+
+/// The one by-value parameter of `tc_merge_*`: field for field the `TcMerge` struct of
+/// kernels/tensorcore.cu (80 bytes; `_pad` is its trailing padding). Change both together, and
+/// the byte ranges of its audit/rules.toml entry.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+struct TcMerge {
+    part: u64,
+    o: u64,
+    kv_lens: u64,
+    o_bs: i64,
+    o_hs: i64,
+    o_ss: i32,
+    hq: i32,
+    hkv: i32,
+    sq: i32,
+    skv: i32,
+    d: i32,
+    nch: i32,
+    causal: i32,
+    top_left: i32,
+    _pad: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<TcMerge>() == 80);
 
 fn dtype_index(dtype: DType) -> Result<usize> {
     match dtype {
@@ -302,6 +349,8 @@ impl TensorCore {
         // TcPolicy.
         let abi: Vec<usize> = TcArgs::default().params().iter().map(Vec::len).collect();
         let policy_abi = [std::mem::size_of::<TcPolicy>()];
+        let merge_abi = [std::mem::size_of::<TcMerge>()];
+        let [kchunk] = module.constant_i32::<1>("tc_kchunk")?;
         let family = |stem: &str, cfg: &[Cfg; 3]| -> Result<[[[Kernel; 2]; 3]; 2]> {
             let one = |dt: &str, di: usize, causal: bool| {
                 let d = TENSORCORE_HEAD_DIMS[di];
@@ -317,10 +366,10 @@ impl TensorCore {
             };
             Ok([by_d("f16")?, by_d("bf16")?])
         };
-        let by_dt = |stem: &str| -> Result<[Kernel; 2]> {
+        let by_dt = |stem: &str, abi: &[usize]| -> Result<[Kernel; 2]> {
             Ok([
-                module.kernel(&format!("{stem}_f16"), 0, &policy_abi)?,
-                module.kernel(&format!("{stem}_bf16"), 0, &policy_abi)?,
+                module.kernel(&format!("{stem}_f16"), 0, abi)?,
+                module.kernel(&format!("{stem}_bf16"), 0, abi)?,
             ])
         };
         Ok(TensorCore {
@@ -328,8 +377,10 @@ impl TensorCore {
             dec: family("tc_dec", &cfg_dec)?,
             cfg_fwd,
             cfg_dec,
-            sanitize: by_dt("tc_sanitize")?,
-            poison: by_dt("tc_poison")?,
+            sanitize: by_dt("tc_sanitize", &policy_abi)?,
+            poison: by_dt("tc_poison", &policy_abi)?,
+            merge: by_dt("tc_merge", &merge_abi)?,
+            kchunk: kchunk as usize,
             first_bad: module.kernel("tc_first_bad", 0, &policy_abi)?,
             any_flag: module.kernel("tc_any_flag", 0, &policy_abi)?,
         })
@@ -342,6 +393,8 @@ struct Scratch {
     flags: u64,
     first: u64,
     copies: [u64; 3],
+    /// The key split's partials (decode) or fold state (prefill).
+    part: u64,
 }
 
 impl GpuPath for TensorCore {
@@ -356,12 +409,23 @@ impl GpuPath for TensorCore {
         Ok(plan)
     }
 
-    fn scratch(&self, p: &Problem, _plan: &Plan, check: bool) -> Vec<usize> {
+    fn scratch(&self, p: &Problem, plan: &Plan, check: bool) -> Vec<usize> {
         let s = p.shape();
         let rows = s.batch * s.q_heads * s.q_len + 2 * s.batch * s.kv_heads * s.kv_len;
         let propagate = p.nonfinite() == NonFinitePolicy::Propagate;
         let flags = if check || propagate { 4 * rows } else { 4 };
         let copy = |n: usize| if propagate { 2 * n } else { 4 };
+        let nch = self.chunks(p);
+        let part = if nch <= 1 || (plan.decode && !self.split_decode(p)) {
+            4
+        } else if plan.decode {
+            // [B, Hkv, nch, 16 rows, D + 4] f32 (kernels/tensorcore.cu, `TcMerge`).
+            4 * s.batch * s.kv_heads * nch * DECODE_ROWS * (s.head_dim + 4)
+        } else {
+            // BM · (D + 8) f32 per block of the prefill grid.
+            let bm = self.cfg_fwd[plan.di].bm;
+            4 * s.batch * s.q_heads * s.q_len.div_ceil(bm) * bm * (s.head_dim + 8)
+        };
         vec![
             16, // words (3 u32)
             flags,
@@ -373,6 +437,7 @@ impl GpuPath for TensorCore {
             copy(s.q_elems()),
             copy(s.kv_elems()),
             copy(s.kv_elems()),
+            part,
         ]
     }
 
@@ -385,17 +450,18 @@ impl GpuPath for TensorCore {
         step: Step,
     ) -> Result<Vec<Launch>> {
         let sc = match *scratch {
-            [words, flags, first, cq, ck, cv] => Scratch {
+            [words, flags, first, cq, ck, cv, part] => Scratch {
                 words,
                 flags,
                 first,
                 copies: [cq, ck, cv],
+                part,
             },
             _ => {
                 return Err(Error::Cuda {
                     op: "launch planning",
                     message: format!(
-                        "tensorcore path: {} scratch buffers, expected 6",
+                        "tensorcore path: {} scratch buffers, expected 7",
                         scratch.len()
                     ),
                 });
@@ -455,7 +521,7 @@ impl GpuPath for TensorCore {
                 out.push(self.policy(&self.any_flag, 3, ANY_THREADS, &base));
             }
             (Step::Compute { .. }, NonFinitePolicy::Reject) => {
-                out.push(self.attention(p, plan, io));
+                out.extend(self.attention(p, plan, io, sc.part));
             }
             (Step::Compute { .. }, NonFinitePolicy::Propagate) => {
                 let [cq, ck, cv] = sc.copies;
@@ -473,7 +539,7 @@ impl GpuPath for TensorCore {
                     v: DevTensor::bhsd(cv, s.kv_heads, s.kv_len, d),
                     ..*io
                 };
-                out.push(self.attention(p, plan, &on_copies));
+                out.extend(self.attention(p, plan, &on_copies, sc.part));
                 out.push(Launch {
                     grid: (
                         s.q_len.div_ceil(POISON_ROWS) as u32,
@@ -489,11 +555,29 @@ impl GpuPath for TensorCore {
 }
 
 impl TensorCore {
-    /// The one attention launch of `p` on the tensors of `io`.
-    fn attention(&self, p: &Problem, plan: &Plan, io: &Io) -> Launch {
+    /// Key chunks of the split (docs/tensorcore-numerics.md §9) that `p`'s launches cover: every
+    /// chunk any batch element may reach (a block past its own keys does nothing).
+    fn chunks(&self, p: &Problem) -> usize {
+        p.shape().kv_len.div_ceil(self.kchunk)
+    }
+
+    /// Whether a decode call of `p` splits its keys over blocks (grid x = chunks, then the
+    /// merge), rather than one block per kv head walking every chunk.
+    fn split_decode(&self, p: &Problem) -> bool {
+        let s = p.shape();
+        self.chunks(p) > 1 && s.batch * s.kv_heads < DECODE_WHOLE_BLOCKS
+    }
+
+    /// The attention launches of `p` on the tensors of `io`, `part` the key split's scratch: one
+    /// launch up to one chunk of keys, or for a decode that does not split; else decode, the split
+    /// launch and the merge; prefill, one launch per chunk in order (kernels/tensorcore.cu, launch
+    /// configuration).
+    fn attention(&self, p: &Problem, plan: &Plan, io: &Io, part: u64) -> Vec<Launch> {
         let s = p.shape();
         let causal = usize::from(p.causal());
         let (msb, msh, msq) = mask_strides(p);
+        let nch = self.chunks(p);
+        let split = plan.decode && self.split_decode(p);
         let a = TcArgs {
             q: io.q.addr,
             k: io.k.addr,
@@ -524,32 +608,77 @@ impl TensorCore {
             skv: s.kv_len as i32,
             scale: p.scale(),
             top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
+            part: if nch > 1 && (split || !plan.decode) {
+                part
+            } else {
+                0
+            },
+            chunk: 0,
         };
-        let (kernel, cfg, grid) = if plan.decode {
+        if plan.decode {
             let cfg = self.cfg_dec[plan.di];
-            (
-                &self.dec[plan.dt][plan.di][causal],
-                cfg,
-                (1, s.kv_heads as u32, s.batch as u32),
-            )
-        } else {
-            let cfg = self.cfg_fwd[plan.di];
-            (
-                &self.fwd[plan.dt][plan.di][causal],
-                cfg,
-                (
-                    s.q_len.div_ceil(cfg.bm) as u32,
-                    s.q_heads as u32,
+            let mut out = vec![Launch {
+                kernel: self.dec[plan.dt][plan.di][causal].clone(),
+                grid: (
+                    if split { nch as u32 } else { 1 },
+                    s.kv_heads as u32,
                     s.batch as u32,
                 ),
-            )
-        };
-        Launch {
-            kernel: kernel.clone(),
-            grid,
-            block: cfg.threads,
-            smem: cfg.smem,
-            params: a.params(),
+                block: cfg.threads,
+                smem: cfg.smem,
+                params: a.params(),
+            }];
+            if split {
+                let m = TcMerge {
+                    part,
+                    o: io.out.addr,
+                    kv_lens: io.kv_lens,
+                    o_bs: io.out.bs,
+                    o_hs: io.out.hs,
+                    o_ss: io.out.ss as i32,
+                    hq: a.hq,
+                    hkv: a.hkv,
+                    sq: a.sq,
+                    skv: a.skv,
+                    d: s.head_dim as i32,
+                    nch: nch as i32,
+                    causal: causal as i32,
+                    top_left: a.top_left,
+                    _pad: 0,
+                };
+                out.push(Launch {
+                    kernel: self.merge[plan.dt].clone(),
+                    grid: (
+                        (s.group() * s.q_len) as u32,
+                        s.kv_heads as u32,
+                        s.batch as u32,
+                    ),
+                    block: s.head_dim as u32,
+                    smem: 0,
+                    params: vec![bytes(&m)],
+                });
+            }
+            out
+        } else {
+            let cfg = self.cfg_fwd[plan.di];
+            let grid = (
+                s.q_len.div_ceil(cfg.bm) as u32,
+                s.q_heads as u32,
+                s.batch as u32,
+            );
+            (0..nch.max(1))
+                .map(|c| Launch {
+                    kernel: self.fwd[plan.dt][plan.di][causal].clone(),
+                    grid,
+                    block: cfg.threads,
+                    smem: cfg.smem,
+                    params: TcArgs {
+                        chunk: c as i32,
+                        ..a
+                    }
+                    .params(),
+                })
+                .collect()
         }
     }
 

@@ -351,6 +351,12 @@ impl TensorCore {
         let policy_abi = [std::mem::size_of::<TcPolicy>()];
         let merge_abi = [std::mem::size_of::<TcMerge>()];
         let [kchunk] = module.constant_i32::<1>("tc_kchunk")?;
+        if kchunk <= 0 {
+            return Err(Error::Cuda {
+                op: "cubin launch table",
+                message: format!("tc_kchunk is {kchunk} in the tensorcore cubin (want > 0)"),
+            });
+        }
         let family = |stem: &str, cfg: &[Cfg; 3]| -> Result<[[[Kernel; 2]; 3]; 2]> {
             let one = |dt: &str, di: usize, causal: bool| {
                 let d = TENSORCORE_HEAD_DIMS[di];

@@ -1,7 +1,9 @@
 //! GPU contract tests of the `TensorCore` path (docs/tensorcore.md): D1 (1000 runs),
 //! D2 (a problem alone and inside batches of 1..64), D3 (decode = causal prefill at every row;
 //! and every pair of the four kernels the host picks per dtype and head dim, prefill or decode,
-//! causal or not, held equal on the rows their problems share), D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
+//! causal or not, held equal on the rows their problems share; and past 2048 keys, every way the
+//! key split runs — split decode and merge, decode folding in one block, prefill in chunk
+//! launches — held to the same rows), D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
 //! planted, the error against the CPU `Exact` path on 300 random problems, finite output at the
 //! dtypes' extreme magnitudes, `Propagate` against the CPU `Exact` engine's NaN rows, the golden
 //! digests per architecture (all finite), the timing API, and the typed errors of the path.

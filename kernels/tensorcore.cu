@@ -155,6 +155,14 @@ __device__ __forceinline__ void fold_weights(float M, float mc, float sl2r, floa
     b = ex2(__fmul_rn(__fsub_rn(mc, mu), sl2e));
 }
 
+// The end of the keys some row of a block may see (keys [0, end)): L, or under causal the limit of
+// its last row, rows_end - 1, with the alignment's offset L - Sq (bottom-right) or 0 (top-left).
+// The one formula of tc::fwd's tile count (both computations of it) and tc_merge's chunk count;
+// the offset in tc::fwd's form (`coff` there, which says why it is written so).
+__device__ __forceinline__ int visible_end(bool causal, int L, int rows_end, int Sq, int top_left) {
+    return causal ? min(L, rows_end + L - Sq + (top_left ? Sq - L : 0)) : L;
+}
+
 // One fold step of a sum or an O element: x * a + RN(xc * b), one FFMA (§9 step 2).
 __device__ __forceinline__ float fold(float x, float a, float xc, float b) {
     return __fmaf_rn(x, a, __fmul_rn(xc, b));
@@ -379,8 +387,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     const int coff = L - Sq + (A.top_left ? Sq - L : 0);
 
     // Keys [0, kv_end) can be visible to some row of this tile; later tiles are skipped by position.
-    int kv_end = L;
-    if (CAUSAL) kv_end = min(L, (DEC ? Sq : min(q0 + BM, Sq)) + coff);
+    const int kv_end = visible_end(CAUSAL, L, DEC ? Sq : min(q0 + BM, Sq), Sq, A.top_left);
     const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
     // The key split (docs/tensorcore-numerics.md §9): chunk c is tiles [c·CT, (c + 1)·CT).
     // Decode, split launch (gridDim.x > 1): the block runs chunk blockIdx.x and leaves the fold to
@@ -763,7 +770,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         int Le = kv_lens ? kv_lens[bz] : Skv;
         Le = min(max(Le, 0), Skv);
         const int q0e = (CAUSAL ? (int)(gridDim.x - 1 - bx) : (int)bx) * BM;
-        const int ende = CAUSAL ? min(Le, min(q0e + BM, Sq) + Le - Sq + (A.top_left ? Sq - Le : 0)) : Le;
+        const int ende = visible_end(CAUSAL, Le, min(q0e + BM, Sq), Sq, A.top_left);
         const int nte = ende > 0 ? (ende + BN - 1) / BN : 0;
         more = (A.chunk + 1) * CT < nte;
     }
@@ -962,8 +969,7 @@ __device__ __forceinline__ void merge(const TcMerge& P) {
     const int D = P.D, Sq = P.Sq, G = P.Hq / P.Hkv;
     int L = P.kv_lens ? P.kv_lens[b] : P.Skv;
     L = min(max(L, 0), P.Skv);
-    const int coff = P.top_left ? 0 : L - Sq;
-    const int kv_end = P.causal ? min(L, Sq + coff) : L;  // as tc::fwd (decode)
+    const int kv_end = visible_end(P.causal, L, Sq, Sq, P.top_left);  // as tc::fwd (decode)
     const int nch = min(kv_end > 0 ? (kv_end + TC_KCHUNK - 1) / TC_KCHUNK : 0, P.nch);
     const float* rec = P.part + (((long long)b * P.Hkv + hk) * P.nch * 16 + r) * (D + 4);
     const long long cstride = 16LL * (D + 4);

@@ -422,7 +422,7 @@ impl GpuPath for TensorCore {
         let flags = if check || propagate { 4 * rows } else { 4 };
         let copy = |n: usize| if propagate { 2 * n } else { 4 };
         let nch = self.chunks(p);
-        let part = if nch <= 1 || (plan.decode && !self.split_decode(p)) {
+        let part = if !self.uses_part(p, plan) {
             4
         } else if plan.decode {
             // [B, Hkv, nch, 16 rows, D + 4] f32 (kernels/tensorcore.cu, `TcMerge`).
@@ -574,6 +574,16 @@ impl TensorCore {
         self.chunks(p) > 1 && s.batch * s.kv_heads < DECODE_WHOLE_BLOCKS
     }
 
+    /// Whether the launches of `p` use the split's scratch: a split decode (its partials) or a
+    /// prefill of more than one chunk (its fold state); a decode folding in registers does not.
+    fn uses_part(&self, p: &Problem, plan: &Plan) -> bool {
+        if plan.decode {
+            self.split_decode(p)
+        } else {
+            self.chunks(p) > 1
+        }
+    }
+
     /// The attention launches of `p` on the tensors of `io`, `part` the key split's scratch: one
     /// launch up to one chunk of keys, or for a decode that does not split; else decode, the split
     /// launch and the merge; prefill, one launch per chunk in order (kernels/tensorcore.cu, launch
@@ -614,11 +624,7 @@ impl TensorCore {
             skv: s.kv_len as i32,
             scale: p.scale(),
             top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
-            part: if nch > 1 && (split || !plan.decode) {
-                part
-            } else {
-                0
-            },
+            part: if self.uses_part(p, plan) { part } else { 0 },
             chunk: 0,
         };
         if plan.decode {

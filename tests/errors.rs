@@ -536,14 +536,21 @@ fn no_cuda_driver_when_there_is_none() {
 const CHILD_ENV: &str = "DETATTN_TEST_THREAD_POOL_CHILD";
 
 /// Does nothing unless started by `thread_pool_error_when_threads_cannot_start`, which re-runs
-/// this test binary with that variable set under an address-space limit of 512 MiB: 1000 threads
-/// of 2 MiB stacks cannot start there, so building the pool must fail with `ThreadPool`.
+/// this test binary with that variable set, an address-space limit of 512 MiB and a default
+/// thread stack of 1 GiB (`RUST_MIN_STACK`): not even the pool's first thread can be mapped, so
+/// building the pool must fail with `ThreadPool` before any worker runs.
+///
+/// Why not simply many threads under the limit: workers that did start then race the exhausted
+/// address space for their own signal stacks, and Rust's runtime aborts the process when one loses
+/// (seen in CI: 2 runs in 60 aborted). With the first spawn failing nothing runs concurrently;
+/// libtest, whose own test thread fails the same way with `WouldBlock`, runs the test on the main
+/// thread.
 #[test]
 fn thread_pool_child() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    let e = Engine::cpu_with_threads(1000).expect_err("1000 threads in 512 MiB");
+    let e = Engine::cpu_with_threads(1000).expect_err("1 GiB stacks in 512 MiB");
     let Error::ThreadPool { threads, reason } = &e else {
         panic!("expected ThreadPool, got {e:?}");
     };
@@ -565,6 +572,7 @@ fn thread_pool_error_when_threads_cannot_start() {
         .arg(r#"ulimit -v 524288 && exec "$0" --exact thread_pool_child --nocapture --test-threads=1"#)
         .arg(&exe)
         .env(CHILD_ENV, "1")
+        .env("RUST_MIN_STACK", (1u64 << 30).to_string())
         .output()
         .expect("sh");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -1534,3 +1534,51 @@ DA_DEC(ElemBf16, bf16)
 // (past it dec_scores_wide), dec_values' dynamic shared bytes}, read by the host. dec_scores
 // takes (DEC_R + 64) · (D + 1) · 4 dynamic shared bytes.
 extern "C" __constant__ int detattn_dec_cfg[7] = {DEC_R, DEC_NT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX, DEC_VSMEM};
+
+// ------------------------------------------------------------------------------ paged KV gather
+
+// A paged KV cache into the contiguous [B, Hkv, Skv, D] tensors it stands for, for the device
+// entry point of paged caches (src/cuda/paged.rs): both paths then run on those tensors, so a
+// paged cache gives the contiguous bits by construction. A plain copy, in units of U (2 bytes,
+// or 16 when every address and stride allows): element bits move, never change. Mirrored by
+// `GatherArgs` in src/cuda/paged.rs (same field order); audit/rules.toml names its byte ranges.
+//
+// Constant time: addresses depend on the block table and the sequences' rows and lengths only
+// (public: docs/threat-model.md); the copied values enter no branch and no address.
+struct Gather {
+    const void* src;        // pages: unit u of row (page, h, r) at src + page*p_bs + h*p_hs + r*p_ss + u
+    void* dst;              // [B, Hkv, Skv, units] contiguous; rows not copied keep their zeros
+    const int* table;       // [S, max_pages] page numbers (public)
+    const int* seqs;        // [S, 3]: batch element, first row, key length (public)
+    long long p_bs, p_hs, p_ss;  // page strides, in units
+    int S, Hkv, Skv, units, max_pages, page_shift;
+};
+
+constexpr int GATHER_THREADS = 256;
+constexpr int GATHER_ROWS = 32;  // rows per block: warp w copies rows w, w + 8, ...
+
+// Block (x, y, z): rows 32x .. 32x + 31 of head y of sequence z (the host keeps y and z within
+// the grid's limits). Each warp copies a row at a time, its lanes striding the row's units.
+template <typename U>
+__device__ __forceinline__ void gather(const Gather G) {
+    const int s = blockIdx.z, h = blockIdx.y;
+    if (s >= G.S || h >= G.Hkv) return;
+    const int batch = G.seqs[3 * s], row0 = G.seqs[3 * s + 1], len = G.seqs[3 * s + 2];
+    const int in_page = (1 << G.page_shift) - 1;
+    const int lane = threadIdx.x & 31;
+    const U* src = (const U*)G.src + h * G.p_hs;
+    U* dst = (U*)G.dst + (((long long)batch * G.Hkv + h) * G.Skv + row0) * G.units;
+#pragma unroll 1
+    for (int r = threadIdx.x >> 5; r < GATHER_ROWS; r += GATHER_THREADS / 32) {
+        const int j = blockIdx.x * GATHER_ROWS + r;
+        if (j >= len) return;
+        const long long page = G.table[(long long)s * G.max_pages + (j >> G.page_shift)];
+        const U* from = src + page * G.p_bs + (long long)(j & in_page) * G.p_ss;
+        U* to = dst + (long long)j * G.units;
+#pragma unroll 1
+        for (int u = lane; u < G.units; u += 32) to[u] = from[u];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GATHER_THREADS) detattn_kv_gather_u16(const Gather G) { gather<unsigned short>(G); }
+extern "C" __global__ void __launch_bounds__(GATHER_THREADS) detattn_kv_gather_u128(const Gather G) { gather<uint4>(G); }

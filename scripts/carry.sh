@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/bin-override" "$STAGE/tests" "$STAGE/tests-override" .carry
-GPU_TESTS="cuda_exact cuda_tensorcore cuda_layouts cuda_reliability override"
+GPU_TESTS="cuda_exact cuda_tensorcore cuda_layouts cuda_reliability cuda_kvcache override"
 
 # `cargo test --no-run` prints the path of every test executable it built.
 test_exes() {

@@ -4,7 +4,7 @@
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize d7 planted bench quickbench dudect tcbench tcdudect
+#   stages: info selftest tests sanitize d7 planted bench quickbench dudect tcbench tcdudect kvcache
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -85,6 +85,28 @@ for s in "${STAGES[@]}"; do
           device_entry_rejects_nonfinite_and_bad_arguments_without_writing --test-threads 1
       done
       grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitize.log" | sort | uniq -c ;;
+    kvcache)
+      # Paged caches and variable-length batches on both paths (tests/cuda_kvcache.rs); the CLI's
+      # digest with and without --page-size on each path (it must not change); compute-sanitizer
+      # on the device entry of paged caches (the gather kernel) and on the varlen sequences.
+      stage kvcache 400 .carry/tests/cuda_kvcache --test-threads 2 --nocapture
+      for path in exact tensorcore; do
+        A="--backend cuda --path $path --dtype f16 --q-heads 8 --kv-heads 2 --head-dim 128 --causal --seed 5 --json"
+        for shape in "--seqlens-q 1,30,1 --seqlens-k 150,30,2100" "--batch 2 --q-len 3 --kv-len 700 --kv-lens 700,333"; do
+          # shellcheck disable=SC2086
+          stage kvcache 60 bash -c "a=\$($BIN run $A $shape | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"digest\"])'); \
+            b=\$($BIN run $A $shape --page-size 16 | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"digest\"])'); \
+            echo \"$path $shape: contiguous \$a paged16 \$b\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+        done
+      done
+      for tool in memcheck racecheck initcheck; do
+        stage kvcache 300 compute-sanitizer --tool "$tool" --error-exitcode 9 .carry/tests/cuda_kvcache \
+          reject_reads_what_the_cpu_reads --test-threads 1
+      done
+      stage kvcache 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" run --backend cuda \
+        --path tensorcore --dtype bf16 --q-heads 4 --kv-heads 2 --head-dim 64 --seqlens-q 1,0,9,1 \
+        --seqlens-k 40,5,9,2100 --causal --page-size 32
+      grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/kvcache.log" | sort | uniq -c ;;
     d7)
       stage d7 500 python3 scripts/d7_compare.py .carry/cubin-nvcc13 ;;
     planted)

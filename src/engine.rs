@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::path::Path;
 use crate::problem::Problem;
 use crate::tensor::{
-    Fit, KvCache, Layout, Operand, Operands, Paging, Qkv, QkvCache, TensorMut, check_cache_call,
-    check_call,
+    Fit, KvCache, Layout, Operand, Operands, Paging, Qkv, QkvCache, Tensor, TensorMut,
+    check_cache_call, check_call,
 };
 use std::fmt;
 
@@ -217,8 +217,9 @@ impl Engine {
     /// block table's length ([`Error::TensorLength`]), each sequence's key length against its
     /// row of the table ([`Error::CacheCapacity`]) and the entries it uses
     /// ([`Error::BlockTableEntry`]); the mask; the output; `lse`'s length. On error nothing is
-    /// written. Paged caches, variable-length problems and the log-sum-exp run on the CPU
-    /// backend; a GPU engine returns [`Error::FeatureUnavailable`] for them (never ignores them).
+    /// written. A GPU engine runs paged caches (gathered into the tensors they stand for on the
+    /// host, then uploaded) and variable-length problems; the log-sum-exp only the CPU backend
+    /// writes: a GPU engine returns [`Error::FeatureUnavailable`] for it (never ignores it).
     pub fn run_cache<T: Element>(
         &self,
         problem: &Problem,
@@ -248,18 +249,26 @@ impl Engine {
             Inner::Cpu(c) => c.run(problem, inputs, out, lse),
             #[cfg(feature = "cuda")]
             Inner::Cuda(c) => {
-                let unavailable = |feature| Error::FeatureUnavailable {
-                    feature,
-                    backend: format!("{} ({} path)", c.describe(), self.path),
-                    reason: "the GPU kernels do not implement it yet; the CPU backend does, with \
-                             the same bits",
-                };
-                let KvCache::Tensors { k, v } = inputs.kv else {
-                    return Err(unavailable("a paged KV cache"));
-                };
                 if lse.is_some() {
-                    return Err(unavailable("the log-sum-exp output"));
+                    return Err(Error::FeatureUnavailable {
+                        feature: "the log-sum-exp output",
+                        backend: format!("{} ({} path)", c.describe(), self.path),
+                        reason: "the GPU kernels do not write it yet; the CPU backend does, with \
+                                 the Exact path's bits",
+                    });
                 }
+                // A paged cache reaches the GPU's host entry as the tensors it stands for (the
+                // rows it reads, gathered on the host before the upload): a layout, so the same
+                // bits; the device entry points take tensors only.
+                let gathered;
+                let (k, v) = match &inputs.kv {
+                    KvCache::Tensors { k, v } => (*k, *v),
+                    KvCache::Paged(c) => {
+                        gathered = c.as_tensors(problem);
+                        let (k, v, l) = &gathered;
+                        (Tensor::new(&k[..], *l), Tensor::new(&v[..], *l))
+                    }
+                };
                 let x = Qkv {
                     q: inputs.q,
                     k,

@@ -73,20 +73,24 @@ impl GoldenCase {
     }
 
     /// Whether `path` takes this problem (the `TensorCore` path: f16/bf16, head_dim 64, 128 or
-    /// 256; no paged cache, variable-length batch or log-sum-exp).
+    /// 256, no log-sum-exp).
     pub fn runs_on(&self, path: Path) -> bool {
         match path {
             Path::Exact => true,
             Path::TensorCore => {
-                self.dtype != DType::F32
-                    && [64, 128, 256].contains(&self.dims.5)
-                    && !self.uses_cache_features()
+                self.dtype != DType::F32 && [64, 128, 256].contains(&self.dims.5) && !self.lse
             }
         }
     }
 
-    /// Whether the case uses a paged cache, a variable-length batch or the log-sum-exp, which
-    /// only the CPU backend runs for now (a GPU engine returns `Error::FeatureUnavailable`).
+    /// Whether the case asks for the log-sum-exp, which only the CPU backend writes for now (a
+    /// GPU engine returns `Error::FeatureUnavailable`).
+    pub fn cpu_only(&self) -> bool {
+        self.lse
+    }
+
+    /// Whether the case uses a paged cache, a variable-length batch or the log-sum-exp: the
+    /// interfaces of `Engine::run_cache`, which the Python package does not take yet.
     pub fn uses_cache_features(&self) -> bool {
         self.page_size.is_some() || self.seqlens.is_some() || self.lse
     }

@@ -498,6 +498,18 @@ impl Problem {
         }
     }
 
+    /// A variable-length problem's packed tensors as one rectangular problem (batch 1, every
+    /// packed query row against every packed key, no causality): what the `Reject` scan reads,
+    /// since every packed row is an input (the CPU's scan reads them all too). Without varlen,
+    /// the problem itself.
+    pub(crate) fn packed(&self) -> Problem {
+        Problem {
+            varlen: None,
+            causal: false,
+            ..self.clone()
+        }
+    }
+
     /// The mask's dimensions `[Bm, Hm, Sq, Skv]` (only meaningful when a mask is declared).
     pub fn mask_dims(&self) -> [usize; 4] {
         let l = self.mask.unwrap_or(MaskLayout::SHARED);

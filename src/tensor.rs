@@ -384,6 +384,40 @@ impl<'a, T> QkvCache<'a, T> {
     }
 }
 
+impl<T: Element> PagedKv<'_, T> {
+    /// K and V as contiguous `[B, Hkv, Skv, D]` tensors holding exactly the rows `p` reads (each
+    /// sequence's first `L` keys, at its packed rows for a variable-length batch) and +0
+    /// elsewhere: the tensors this cache stands for. The rows not read change no output bit and
+    /// are finite, so the `Reject` scan of these tensors finds what the cache's own scan
+    /// ([`reject_nonfinite`]) finds. For entry points that take K and V as tensors (the GPU's
+    /// host entry). The cache has passed [`check_cache_call`] for `p`.
+    pub(crate) fn as_tensors(&self, p: &Problem) -> (Vec<T>, Vec<T>, Layout) {
+        let (_, [b, hkv, skv, d]) = dims(p);
+        let layout = Layout::bhsd(hkv, skv, d);
+        let rows = |t: &Tensor<'_, T>| KvRows::Paged {
+            layout: t.layout,
+            table: self.block_table,
+            max_pages: self.max_pages,
+            page_size: self.page_size,
+        };
+        let (kr, vr) = (rows(&self.k), rows(&self.v));
+        let n = b * hkv * skv * d;
+        let (mut k, mut v) = (vec![T::default(); n], vec![T::default(); n]);
+        for i in 0..p.sequences() {
+            let seq = p.sequence(i);
+            for h in 0..hkv {
+                for j in 0..seq.key_len {
+                    let at = layout.row(seq.batch, h, seq.k_start + j);
+                    let (ka, va) = (kr.row(i, h, j), vr.row(i, h, j));
+                    k[at..at + d].copy_from_slice(&self.k.data[ka..ka + d]);
+                    v[at..at + d].copy_from_slice(&self.v.data[va..va + d]);
+                }
+            }
+        }
+        (k, v, layout)
+    }
+}
+
 /// What [`check_call`] checks of a paged cache beyond its two tensors' operands.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Paging<'a> {

@@ -869,7 +869,7 @@ const COVERAGE: &[(&str, &str)] = &[
     ),
     (
         "FeatureUnavailable",
-        "tests/kvcache.rs: the_gpu_paths_refuse_a_varlen_problem_instead_of_ignoring_it",
+        "tests/cuda_kvcache.rs: the_log_sum_exp_is_refused_on_the_gpu (GPU)",
     ),
 ];
 

@@ -11,6 +11,7 @@
 //!   with no valid key, NaN for exactly the poisoned rows under `Propagate`;
 //! - every typed error of these interfaces, before any write.
 
+mod kvcache_common;
 mod layout_common;
 
 use detattn::inputs::{GenOptions, SplitMix64, generate, paginate};
@@ -18,44 +19,25 @@ use detattn::{
     CausalAlign, Element, Engine, Error, KvCache, Layout, MaskLayout, NonFinitePolicy, PagedKv,
     Problem, QkvCache, Shape, Tensor, TensorMut, TensorName, bf16, f16,
 };
+use kvcache_common::{
+    alone_inputs, assert_rows_alone, bits, contiguous, run_cache_on, varlen_problem,
+};
 use layout_common::random_options;
 use proptest::prelude::*;
-
-fn bits<T: Element>(v: &[T]) -> Vec<u32> {
-    v.iter().map(|e| e.to_bits_u32()).collect()
-}
 
 fn f32_bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|e| e.to_bits()).collect()
 }
 
-/// Run `p` with K and V as given, contiguous `[B, H, S, D]` Q and output: (output, lse).
+/// Run `p` on the CPU with K and V as given, contiguous `[B, H, S, D]` Q and output: (output,
+/// lse).
 fn run_cache<T: Element>(
     p: &Problem,
     q: &[T],
     kv: KvCache<'_, T>,
     mask: Option<&[bool]>,
 ) -> Result<(Vec<T>, Vec<f32>), Error> {
-    let s = p.shape();
-    let ql = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
-    let mut out = vec![T::default(); s.q_elems()];
-    let mut lse = vec![0.0f32; s.batch * s.q_heads * s.q_len];
-    let x = QkvCache {
-        q: Tensor::new(q, ql),
-        kv,
-        mask,
-    };
-    Engine::cpu().run_cache(p, &x, TensorMut::new(&mut out, ql), Some(&mut lse))?;
-    Ok((out, lse))
-}
-
-fn contiguous<'a, T>(p: &Problem, k: &'a [T], v: &'a [T]) -> KvCache<'a, T> {
-    let s = p.shape();
-    let l = Layout::bhsd(s.kv_heads, s.kv_len, s.head_dim);
-    KvCache::Tensors {
-        k: Tensor::new(k, l),
-        v: Tensor::new(v, l),
-    }
+    run_cache_on(&Engine::cpu(), p, q, kv, mask, true)
 }
 
 /// A random problem: dims, GQA/MQA, and the layout tests' random options (causal either
@@ -118,66 +100,7 @@ fn the_page_order_is_shuffled_and_unused_entries_may_be_anything() {
     assert_eq!(f32_bits(&got.0), f32_bits(&want.0));
 }
 
-/// Sequence `b` of `p` alone: batch 1, its own lengths (0 keys: one key row, key length 0).
-fn alone<T: Element>(p: &Problem, b: usize, x: &detattn::inputs::Inputs<T>) -> (Vec<T>, Vec<f32>) {
-    let s = p.shape();
-    let seq = p.sequence(b);
-    let d = s.head_dim;
-    let mut pb = Problem::builder(Shape::new(
-        1,
-        s.q_heads,
-        s.kv_heads,
-        seq.q_len,
-        seq.key_len.max(1),
-        d,
-    ))
-    .causal(p.causal())
-    .causal_align(p.causal_align())
-    .scale(p.scale())
-    .nonfinite(p.nonfinite());
-    if seq.key_len == 0 {
-        pb = pb.kv_lens(vec![0]);
-    }
-    let sub = pb.build().unwrap();
-    // Rows of the packed [1, H, total, D] inputs.
-    let take = |t: &[T], heads: usize, total: usize, start: usize, n: usize, keep: usize| {
-        let mut v = Vec::new();
-        for h in 0..heads {
-            let r = (h * total + start) * d;
-            v.extend_from_slice(&t[r..r + n * d]);
-            v.extend(std::iter::repeat_n(T::default(), (keep - n) * d));
-        }
-        v
-    };
-    let q = take(&x.q, s.q_heads, s.q_len, seq.q_start, seq.q_len, seq.q_len);
-    let kl = seq.key_len.max(1);
-    let k = take(&x.k, s.kv_heads, s.kv_len, seq.k_start, seq.key_len, kl);
-    let v = take(&x.v, s.kv_heads, s.kv_len, seq.k_start, seq.key_len, kl);
-    run_cache(&sub, &q, contiguous(&sub, &k, &v), None).unwrap()
-}
-
-/// A varlen problem of these sequences (lengths), GQA, causal with `align` or not.
-fn varlen_problem(
-    heads: (usize, usize),
-    q: &[usize],
-    k: &[usize],
-    d: usize,
-    causal: Option<CausalAlign>,
-    policy: NonFinitePolicy,
-) -> Problem {
-    let cu = detattn::golden::cumulative;
-    let (tq, tk) = (q.iter().sum(), k.iter().sum());
-    Problem::builder(Shape::new(1, heads.0, heads.1, tq, tk, d))
-        .causal(causal.is_some())
-        .causal_align(causal.unwrap_or_default())
-        .nonfinite(policy)
-        .varlen(cu(q), cu(k))
-        .build()
-        .unwrap()
-}
-
 fn varlen_vs_alone<T: Element>(p: &Problem, seed: u64, page_size: Option<usize>) {
-    let s = *p.shape();
     let x = generate::<T>(p, GenOptions::seed(seed));
     let (out, lse) = match page_size {
         None => run_cache(p, &x.q, contiguous(p, &x.k, &x.v), None),
@@ -187,26 +110,16 @@ fn varlen_vs_alone<T: Element>(p: &Problem, seed: u64, page_size: Option<usize>)
         }
     }
     .unwrap();
-    let d = s.head_dim;
-    for b in 0..p.sequences() {
-        let seq = p.sequence(b);
-        if seq.q_len == 0 {
-            continue; // no rows: nothing to compare (its neighbours are)
-        }
-        let (want, want_lse) = alone(p, b, &x);
-        for h in 0..s.q_heads {
-            for i in 0..seq.q_len {
-                let r = h * s.q_len + seq.q_start + i;
-                let w = h * seq.q_len + i;
-                assert_eq!(
-                    bits(&out[r * d..(r + 1) * d]),
-                    bits(&want[w * d..(w + 1) * d]),
-                    "sequence {b} head {h} row {i} of {p:?}"
-                );
-                assert_eq!(lse[r].to_bits(), want_lse[w].to_bits(), "lse {b} {h} {i}");
-            }
-        }
-    }
+    assert_rows_alone(
+        p,
+        &out,
+        &lse,
+        |b| {
+            let (sub, q, k, v) = alone_inputs(p, b, &x.q, &x.k, &x.v);
+            run_cache(&sub, &q, contiguous(&sub, &k, &v), None).unwrap()
+        },
+        "cpu",
+    );
 }
 
 #[test]
@@ -680,15 +593,20 @@ fn varlen_options_that_do_not_combine_are_typed_errors() {
 
 #[cfg(feature = "cuda")]
 #[test]
-fn the_gpu_paths_refuse_a_varlen_problem_instead_of_ignoring_it() {
+fn the_gpu_paths_check_a_varlen_problem_as_its_sequences() {
+    use detattn::{DType, Path};
+    // Without a GPU: what each path takes of each sequence alone (tests/cuda_kvcache.rs runs them).
     let p = varlen_problem((2, 2), &[1, 3], &[5, 3], 64, None, NonFinitePolicy::Reject);
-    for path in detattn::Path::ALL {
-        let e = detattn::cuda::check_path(path, &p, detattn::DType::F16).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "a variable-length batch (cu_seqlens) is not available on the cuda backend: the GPU \
-             kernels do not implement it yet; the CPU backend does"
-        );
-        assert!(e.is_caller_error());
+    for path in Path::ALL {
+        detattn::cuda::check_path(path, &p, DType::F16).unwrap();
     }
+    let e = detattn::cuda::check_path(Path::TensorCore, &p, DType::F32).unwrap_err();
+    assert!(matches!(e, Error::DTypeUnsupported { .. }), "{e:?}");
+    let p80 = varlen_problem((2, 2), &[1, 3], &[5, 3], 80, None, NonFinitePolicy::Reject);
+    let e = detattn::cuda::check_path(Path::TensorCore, &p80, DType::F16).unwrap_err();
+    assert!(
+        matches!(e, Error::HeadDimUnsupported { head_dim: 80, .. }),
+        "{e:?}"
+    );
+    detattn::cuda::check_path(Path::Exact, &p80, DType::F32).unwrap();
 }

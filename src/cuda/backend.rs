@@ -5,16 +5,18 @@ use super::cubins;
 use super::entry::{self, Device};
 use super::exact::Exact;
 use super::launch::{self, Module};
-use super::path::{DeviceQkv, DeviceTensorMut};
+use super::paged::Gather;
+use super::path::{DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut};
 use super::tensorcore::TensorCore;
 use super::timing::{BenchOptions, BenchResult};
+use super::varlen::Sequences;
 use super::{CubinInfo, DeviceInfo, Probe, drv};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::path::Path;
 use crate::problem::Problem;
 use crate::tensor::{Qkv, TensorMut};
-use cudarc::driver::{CudaContext, CudaStream, DeviceRepr};
+use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
 use half::{bf16, f16};
 use std::sync::{Arc, OnceLock};
 
@@ -24,23 +26,26 @@ use std::sync::{Arc, OnceLock};
 pub struct CudaBackend {
     pub(super) dev: Device,
     pub(super) exact: Exact,
+    /// The paged-cache gather of the device entry point (in the Exact module; both paths use it).
+    pub(super) gather: Gather,
     /// Where each loaded cubin came from (`embedded`, or a test folder).
     sources: std::sync::Mutex<Vec<String>>,
     /// The `TensorCore` kernels, loaded and verified on first use (or why they could not be).
     tc: OnceLock<Result<TensorCore>>,
 }
 
-/// Run `$body` with `$p` bound to the path module of `$path` (the one place a path is picked:
-/// a new path is one more arm here).
+/// Run `$body` with `$p` bound to the path module of `$path`, wrapped so that it also takes
+/// variable-length problems (`varlen.rs`): the one place a path is picked (a new path is one more
+/// arm here).
 macro_rules! with_path {
     ($self:ident, $path:expr, |$p:ident| $body:expr) => {
         match $path {
             Path::Exact => {
-                let $p = &$self.exact;
+                let $p = &Sequences(&$self.exact);
                 $body
             }
             Path::TensorCore => {
-                let $p = $self.tensorcore()?;
+                let $p = &Sequences($self.tensorcore()?);
                 $body
             }
         }
@@ -99,7 +104,9 @@ impl CudaBackend {
         let cubin = cubins::load("exact", arch)?;
         let ctx = CudaContext::new(ordinal).map_err(drv("cuCtxCreate"))?;
         let stream = ctx.default_stream();
-        let exact = Exact::open(&Module::load(&ctx, &cubin.bytes)?)?;
+        let module = Module::load(&ctx, &cubin.bytes)?;
+        let exact = Exact::open(&module)?;
+        let gather = Gather::open(&module)?;
         Ok(CudaBackend {
             dev: Device {
                 ordinal,
@@ -109,6 +116,7 @@ impl CudaBackend {
                 arch,
             },
             exact,
+            gather,
             sources: std::sync::Mutex::new(vec![cubin.source]),
             tc: OnceLock::new(),
         })
@@ -219,6 +227,39 @@ impl CudaBackend {
     ) -> Result<()> {
         with_path!(self, path, |m| entry::run_device(
             &self.dev, m, stream, p, x, out
+        ))
+    }
+
+    /// [`run_device`](CudaBackend::run_device) with K and V in a paged cache in device memory
+    /// ([`DevicePagedKv`]; the block table on the host: it is public, checked, and uploaded per
+    /// call). The rows the problem reads are first gathered on `stream` into contiguous K and V
+    /// (device memory for two `[B, Hkv, Skv, D]` tensors, freed after the stream has used them),
+    /// then the path runs on them: the bits of the same problem with contiguous K and V. Checks,
+    /// before any work: the tensors and the cache in the crate's order (as
+    /// [`Engine::run_cache`](crate::Engine::run_cache): the page size, the table's length, each
+    /// sequence's capacity and used entries), what the path takes, the devices, device memory;
+    /// then as `run_device` (under `Reject` the scan reads exactly the rows the problem reads).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
+        &self,
+        path: Path,
+        stream: &CudaStream,
+        p: &Problem,
+        q: DeviceTensor<'_, T>,
+        cache: &DevicePagedKv<'_, T>,
+        mask: Option<&cudarc::driver::CudaSlice<u8>>,
+        out: DeviceTensorMut<'_, T>,
+    ) -> Result<()> {
+        with_path!(self, path, |m| entry::run_device_paged(
+            &self.dev,
+            &self.gather,
+            m,
+            stream,
+            p,
+            q,
+            cache,
+            mask,
+            out
         ))
     }
 

@@ -11,17 +11,22 @@
 use super::drv;
 use super::guards::Guards;
 use super::launch::{self, Launch, RawStream};
+use super::paged::{Gather, Pages};
 use super::path::{
-    DevTensor, DeviceQkv, DeviceTensorMut, GpuPath, Io, RawDeviceQkv, RawDeviceTensor, Step,
+    DevTensor, DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, GpuPath, Io, RawDeviceQkv,
+    RawDeviceTensor, Step,
 };
 use super::timing::{self, BenchOptions, BenchResult};
+use super::varlen::key_lengths;
 use crate::dtype::Element;
 use crate::error::{Error, Result, TensorName};
 use crate::path::Path;
 use crate::problem::{NonFinitePolicy, Problem};
-use crate::tensor::{self, Fit, Layout, Operand, Operands, Qkv, TensorMut};
+use crate::tensor::{self, Fit, Layout, Operand, Operands, Paging, Qkv, TensorMut};
 use cudarc::driver::sys::CUresult;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits,
+};
 use std::sync::Arc;
 
 /// An opened GPU: its context, the stream the host entry points use, and what it is.
@@ -66,12 +71,11 @@ impl Device {
         }
     }
 
-    /// The key lengths of `p` (`B` ints; `kv_len` where the problem gives none) on the device.
+    /// The key lengths of `p` on the device ([`key_lengths`]).
     fn kv_lens(&self, p: &Problem) -> Result<CudaSlice<i32>> {
-        let lens: Vec<i32> = (0..p.shape().batch)
-            .map(|b| p.kv_len_of(b) as i32)
-            .collect();
-        self.stream.clone_htod(&lens).map_err(drv("cuMemcpyHtoD"))
+        self.stream
+            .clone_htod(&key_lengths(p))
+            .map_err(drv("cuMemcpyHtoD"))
     }
 
     /// Zeroed scratch buffers of these sizes.
@@ -149,11 +153,8 @@ fn decide(dev: &Device, scratch: &CudaSlice<u8>) -> Result<()> {
     }
 }
 
-/// What the path takes (its plan), after what no GPU path takes yet: a variable-length batch
-/// ([`Error::FeatureUnavailable`]; the CPU backend runs it). The one place every entry point
-/// plans a call.
+/// What the path takes (its plan): the one place every entry point plans a call.
 fn plan<P: GpuPath>(path: &P, p: &Problem, dtype: crate::DType, ops: &Operands) -> Result<P::Plan> {
-    super::supported(p)?;
     path.plan(p, dtype, ops)
 }
 
@@ -197,7 +198,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     let needed = bufs.iter().map(|b| b.len() as u64 * elem).sum::<u64>()
         + s.q_elems() as u64 * elem
         + x.mask.map_or(0, |m| m.len() as u64)
-        + 4 * s.batch as u64
+        + 4 * key_lengths(p).len() as u64
         + sizes.iter().sum::<usize>() as u64;
     dev.reserve(needed)?;
     if p.nonfinite() == NonFinitePolicy::Reject {
@@ -301,7 +302,7 @@ fn prepare_device<P: GpuPath, T: Element>(
     dev.check_context(TensorName::Out, out.data.context())?;
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
-    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * p.shape().batch as u64)?;
+    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64)?;
     Ok(DeviceCall {
         plan,
         lens: dev.kv_lens(p)?,
@@ -363,6 +364,99 @@ pub(crate) fn run_device<P: GpuPath, T: Element + DeviceRepr>(
         }
     }
     Ok(())
+}
+
+/// A paged cache in device memory (`paged.rs`): the checks in the crate's order (the cache's as
+/// the host entry does them), the path's plan for the contiguous tensors it will run on, the
+/// devices and memory; then the gather of the rows `p` reads on `stream`, then [`run_device`] on
+/// the gathered tensors. The gathered buffers are freed after `stream` has used them (cudarc's
+/// stream ordering, as the scratch buffers).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
+    dev: &Device,
+    gather: &Gather,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    q: DeviceTensor<'_, T>,
+    cache: &DevicePagedKv<'_, T>,
+    mask: Option<&CudaSlice<u8>>,
+    out: DeviceTensorMut<'_, T>,
+) -> Result<()> {
+    let op = |len: usize, layout: Layout| Operand { len, layout };
+    let paging = Paging {
+        num_pages: cache.num_pages,
+        page_size: cache.page_size,
+        block_table: cache.block_table,
+        max_pages: cache.max_pages,
+    };
+    let ops = Operands {
+        q: op(q.data.len(), q.layout),
+        k: op(cache.k.data.len(), cache.k.layout),
+        v: op(cache.v.data.len(), cache.v.layout),
+        mask: mask.map(|m| m.len()),
+        out: op(out.data.len(), out.layout),
+    };
+    tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
+    let (_, [b, hkv, skv, d]) = tensor::dims(p);
+    let kl = Layout::bhsd(hkv, skv, d);
+    let n = b * hkv * skv * d;
+    plan(
+        path,
+        p,
+        T::DTYPE,
+        &Operands {
+            k: op(n, kl),
+            v: op(n, kl),
+            ..ops
+        },
+    )?;
+    dev.check_stream(stream)?;
+    dev.check_context(TensorName::Q, q.data.context())?;
+    dev.check_context(TensorName::K, cache.k.data.context())?;
+    dev.check_context(TensorName::V, cache.v.data.context())?;
+    if let Some(m) = mask {
+        dev.check_context(TensorName::Mask, m.context())?;
+    }
+    dev.check_context(TensorName::Out, out.data.context())?;
+    let elem = std::mem::size_of::<T>();
+    let seqs = Gather::sequences(p);
+    let needed = (2 * n * elem + 4 * (cache.block_table.len() + seqs.len())) as u64;
+    dev.reserve(needed)?;
+    let zeros = || {
+        dev.stream
+            .alloc_zeros::<T>(n)
+            .map_err(dev.alloc_err(needed))
+    };
+    let (mut gk, mut gv) = (zeros()?, zeros()?);
+    let up = |x: &[i32]| dev.stream.clone_htod(x).map_err(dev.alloc_err(needed));
+    let (table, seqs) = (up(cache.block_table)?, up(&seqs)?);
+    {
+        let mut g = Guards::default();
+        let (t, s) = (g.r(&table, stream), g.r(&seqs, stream));
+        let at = |addr: u64, x: &DeviceTensor<'_, T>| Pages {
+            addr: DevTensor::new(addr, x.layout, elem).addr,
+            layout: x.layout,
+        };
+        let pk = at(g.r(cache.k.data, stream), &cache.k);
+        let pv = at(g.r(cache.v.data, stream), &cache.v);
+        let launches = [
+            gather.launch(p, &paging, elem, pk, g.w(&mut gk, stream), t, s)?,
+            gather.launch(p, &paging, elem, pv, g.w(&mut gv, stream), t, s)?,
+        ];
+        // SAFETY: the pages' buffers live on this device (checked) and hold every row the block
+        // table's used entries reach (tensor::check_cache_call); the gathered buffers hold
+        // B·Hkv·Skv·D elements, the table and the sequences what `Gather::launch` reads. The
+        // guards keep them alive and ordered until the stream has run the launches.
+        unsafe { dev.submit(stream, &launches)? };
+    }
+    let x = DeviceQkv {
+        q,
+        k: DeviceTensor::new(&gk, kl),
+        v: DeviceTensor::new(&gv, kl),
+        mask,
+    };
+    run_device(dev, path, stream, p, &x, out)
 }
 
 /// Microseconds (CUDA events on `stream`) of exactly the GPU work [`run_device`] enqueues for
@@ -501,7 +595,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
     }
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
-    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * p.shape().batch as u64)?;
+    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64)?;
     let lens = dev.kv_lens(p)?;
     let mut sc = dev.scratch(&sizes)?;
     let own = RawStream::of(&dev.stream);

@@ -10,7 +10,9 @@
 //! here returns [`Error::NoCudaDriver`](crate::Error::NoCudaDriver); nothing panics.
 //!
 //! Reading order: `path` (what a GPU path is: plan, scratch, launches), `entry` (the entry points,
-//! written once for every path), `exact` and `tensorcore` (the two paths), `backend` (the opened
+//! written once for every path), `varlen` (variable-length batches on any path), `paged` (paged
+//! caches on the device entry point), `exact` and
+//! `tensorcore` (the two paths), `backend` (the opened
 //! device and its public entry points), `launch` (the FFI edge), `cubins`, `timing`, `guards`.
 
 mod backend;
@@ -19,9 +21,11 @@ mod entry;
 mod exact;
 mod guards;
 mod launch;
+mod paged;
 mod path;
 mod tensorcore;
 mod timing;
+mod varlen;
 
 pub use backend::{CudaBackend, probe};
 pub use cubins::{ARCHS, OVERRIDE_CAPABLE, TEST_CUBIN_DIR_ENV};
@@ -30,8 +34,10 @@ pub use cubins::{ARCHS, OVERRIDE_CAPABLE, TEST_CUBIN_DIR_ENV};
 /// contract tests): `sm_90` on an NVIDIA H100 (docs/perf.md has the dates). The others of
 /// [`ARCHS`] are built and audited from the same sources but were never executed here.
 pub const ARCHS_RUN: [&str; 1] = ["sm_90"];
-pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
-pub use path::{DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceQkv, RawDeviceTensor};
+pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+pub use path::{
+    DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceQkv, RawDeviceTensor,
+};
 pub use tensorcore::TENSORCORE_HEAD_DIMS;
 pub use timing::{BenchOptions, BenchResult};
 
@@ -42,26 +48,15 @@ use crate::problem::Problem;
 
 /// What `path` takes of `p` in `dtype` — element type, head dim, launch limits — checked without
 /// a GPU: the same typed errors the entry points return before any work. For tools that report
-/// them on any machine (the CLI checks a problem before it opens a backend).
+/// them on any machine (the CLI checks a problem before it opens a backend). A variable-length
+/// problem is checked as its packed tensors and as each sequence alone, as the entry points run it.
 pub fn check_path(path: Path, p: &Problem, dtype: DType) -> Result<()> {
-    supported(p)?;
     match path {
         Path::Exact => Ok(()),
-        Path::TensorCore => tensorcore::validate(p, dtype, None).map(|_| ()),
-    }
-}
-
-/// What no GPU path takes yet, whatever the path: a variable-length batch (the CPU backend runs
-/// it, with the bits every backend will give). [`Error::FeatureUnavailable`], never a silent
-/// fallback to the rectangular problem.
-pub(crate) fn supported(p: &Problem) -> Result<()> {
-    match p.varlen() {
-        Some(_) => Err(Error::FeatureUnavailable {
-            feature: "a variable-length batch (cu_seqlens)",
-            backend: "cuda".into(),
-            reason: "the GPU kernels do not implement it yet; the CPU backend does",
-        }),
-        None => Ok(()),
+        Path::TensorCore => (0..p.sequences())
+            .map(|b| p.sequence_problem(b))
+            .chain(std::iter::once(p.packed()))
+            .try_for_each(|sub| tensorcore::validate(&sub, dtype, None).map(|_| ())),
     }
 }
 

@@ -62,12 +62,6 @@ impl BenchArgs {
 pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
     let a = &args.problem;
     let p = a.problem()?;
-    if p.varlen().is_some() {
-        // Its FLOPs and bytes are per sequence, which the report below does not count.
-        return Err(Failure::Usage(
-            "bench does not time variable-length batches (--seqlens-q/-k); use run".into(),
-        ));
-    }
     let engine = a.engine(&p)?;
     let (iters, rotate) = (args.iters as usize, args.rotate as usize);
     let per_sample = args.per_sample as usize;

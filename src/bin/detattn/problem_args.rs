@@ -319,19 +319,27 @@ pub(crate) fn shape_json(p: &Problem) -> serde_json::Value {
 }
 
 /// FLOPs of the problem by the usual convention (docs/design.md §9): 4·B·Hq·Sq·Skv·D, halved for a
-/// causal square problem. Counts the nominal work, not what masking or key lengths skip.
+/// causal square problem; for a variable-length batch the sum of that over its sequences (batch 1,
+/// their own lengths). Counts the nominal work, not what masking or key lengths skip.
 pub(crate) fn flops(p: &Problem) -> f64 {
     let s = p.shape();
-    let f = 4.0
-        * s.batch as f64
-        * s.q_heads as f64
-        * s.q_len as f64
-        * s.kv_len as f64
-        * s.head_dim as f64;
-    if p.causal() && s.q_len == s.kv_len {
-        f / 2.0
-    } else {
-        f
+    // Per sequence: a variable-length batch's sequences each meet only their own keys.
+    let per = |q_len: usize, kv_len: usize| {
+        let f = 4.0 * s.q_heads as f64 * q_len as f64 * kv_len as f64 * s.head_dim as f64;
+        if p.causal() && q_len == kv_len {
+            f / 2.0
+        } else {
+            f
+        }
+    };
+    match p.varlen() {
+        None => s.batch as f64 * per(s.q_len, s.kv_len),
+        Some(_) => (0..p.sequences())
+            .map(|b| {
+                let q = p.sequence(b);
+                per(q.q_len, q.key_len)
+            })
+            .sum(),
     }
 }
 

@@ -1,0 +1,410 @@
+//! The KV-cache interfaces on the GPU, both paths, every dtype each takes:
+//!
+//! - a variable-length batch gives each sequence the bits of that sequence computed alone on the
+//!   same GPU path (D2 generalised) — mixed decode and prefill, empty sequences (no rows, no keys),
+//!   GQA/MQA, both causal alignments, either non-finite policy with non-finite values planted, a
+//!   sequence past the TensorCore key chunk (2048 keys) — through the host entry point and the
+//!   device entry point on packed `[total, H, D]` buffers; on `Exact` also the CPU's bits (D6);
+//! - a paged cache (shuffled pages, every page size, unused rows NaN) gives the contiguous bits,
+//!   varlen or not, through the host entry point and the device entry point of paged caches
+//!   (`run_device_paged`, which gathers the used rows on the GPU); a bad block table is the host's
+//!   typed error there too;
+//! - `Reject` reads what the CPU reads: every packed row of a varlen batch (also the keys of a
+//!   sequence with no query rows), only the rows a paged cache's sequences use;
+//! - the log-sum-exp is refused with `Error::FeatureUnavailable`, never ignored.
+//!
+//! Without a usable GPU every test prints `SKIPPED` and why.
+#![cfg(feature = "cuda")]
+
+mod gpu_common;
+mod kvcache_common;
+mod layout_common;
+
+use detattn::cuda::{
+    DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut, ValidAsZeroBits,
+};
+use detattn::inputs::{GenOptions, Paged, SplitMix64, generate, paginate};
+use detattn::tensor::gather;
+use detattn::{
+    CausalAlign, DType, Element, Engine, Error, KvCache, Layout, NonFinitePolicy, Path, Problem,
+    TensorName, bf16, f16,
+};
+use gpu_common::{gpu, loud};
+use kvcache_common::{
+    alone_inputs, assert_rows_alone, bits, contiguous, run_cache_on, varlen_problem,
+};
+use layout_common::{Kind, place};
+
+/// The dtypes `path` takes.
+fn dtypes(path: Path) -> &'static [DType] {
+    match path {
+        Path::Exact => &[DType::F32, DType::F16, DType::Bf16],
+        Path::TensorCore => &[DType::F16, DType::Bf16],
+    }
+}
+
+/// A random varlen problem `path` takes: 1 to 6 sequences of 0 to 130 query rows and 0 to 700
+/// keys (decode rows often), GQA/MQA, causal either alignment or not, either policy.
+fn random_varlen(rng: &mut SplitMix64, path: Path) -> Problem {
+    let mut r = |n: usize| (rng.next_u64() % n as u64) as usize;
+    loop {
+        let n = 1 + r(6);
+        let q: Vec<usize> = (0..n).map(|_| [0, 1, 1, 1, 2, 7, 40, 130][r(8)]).collect();
+        let k: Vec<usize> = (0..n).map(|_| [0, 1, 12, 64, 150, 700][r(6)]).collect();
+        if q.iter().sum::<usize>() == 0 || k.iter().sum::<usize>() == 0 {
+            continue;
+        }
+        let d = match path {
+            Path::Exact => [3, 64, 80, 128, 256, 300][r(6)],
+            Path::TensorCore => [64, 128, 256][r(3)],
+        };
+        let hkv = 1 + r(2);
+        let causal = [
+            None,
+            Some(CausalAlign::BottomRight),
+            Some(CausalAlign::TopLeft),
+        ][r(3)];
+        let policy = [NonFinitePolicy::Reject, NonFinitePolicy::Propagate][r(2)];
+        return varlen_problem((hkv * [1, 2, 4][r(3)], hkv), &q, &k, d, causal, policy);
+    }
+}
+
+/// `p` through the device entry point of paged caches (`run_device_paged`): Q and the output
+/// contiguous, the pages as `paginate` lays them out.
+fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
+    e: &Engine,
+    p: &Problem,
+    q: &[T],
+    c: &Paged<T>,
+    mask: Option<&[bool]>,
+) -> Result<Vec<T>, Error> {
+    let cb = e.cuda().expect("a CUDA engine");
+    let st = cb.stream();
+    let s = p.shape();
+    let ql = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+    let up = |t: &[T]| st.clone_htod(t).expect("upload");
+    let (dq, dk, dv) = (up(q), up(&c.k), up(&c.v));
+    let dm = mask.map(|m| {
+        st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
+            .expect("upload")
+    });
+    let cache = DevicePagedKv {
+        k: DeviceTensor::new(&dk, c.layout),
+        v: DeviceTensor::new(&dv, c.layout),
+        num_pages: c.num_pages,
+        page_size: c.page_size,
+        block_table: &c.block_table,
+        max_pages: c.max_pages,
+    };
+    let mut dout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
+    cb.run_device_paged(
+        e.path(),
+        &st,
+        p,
+        DeviceTensor::new(&dq, ql),
+        &cache,
+        dm.as_ref(),
+        DeviceTensorMut::new(&mut dout, ql),
+    )?;
+    Ok(st.clone_dtoh(&dout).expect("download"))
+}
+
+/// One varlen problem on GPU engine `e`: host entry against each sequence alone on `e`, the
+/// device entry on packed `[total, H, D]` buffers against the host entry, a paged cache against
+/// the contiguous run, and on `Exact` the CPU. Under `Propagate` a non-finite value is planted in
+/// q, k or v first (1 in 2). Returns the rows compared.
+fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed: u64) -> usize {
+    let mut x = generate::<T>(p, GenOptions::seed(seed));
+    let mut rng = SplitMix64::new(seed ^ 0xBAD);
+    if p.nonfinite() == NonFinitePolicy::Propagate && seed.is_multiple_of(2) {
+        let bad =
+            [T::from_f32_rne(f32::NAN), T::from_f32_rne(f32::INFINITY)][(seed / 2 % 2) as usize];
+        let t = match rng.next_u64() % 3 {
+            0 => &mut x.q,
+            1 => &mut x.k,
+            _ => &mut x.v,
+        };
+        let at = (rng.next_u64() % t.len() as u64) as usize;
+        t[at] = bad;
+    }
+    let what = format!("{} {:?}", e.path(), T::DTYPE);
+    let (out, _) = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), None, false)
+        .unwrap_or_else(|err| panic!("{what} {p:?}: {err}"));
+    assert_rows_alone(
+        p,
+        &out,
+        &[],
+        |b| {
+            let (sub, q, k, v) = alone_inputs(p, b, &x.q, &x.k, &x.v);
+            run_cache_on(e, &sub, &q, contiguous(&sub, &k, &v), None, false)
+                .unwrap_or_else(|err| panic!("{what} alone {b}: {err}"))
+        },
+        &format!("{what} host vs alone"),
+    );
+    if e.path() == Path::Exact {
+        let (cpu, _) = run_cache_on(
+            &Engine::cpu(),
+            p,
+            &x.q,
+            contiguous(p, &x.k, &x.v),
+            None,
+            false,
+        )
+        .unwrap();
+        assert_eq!(bits(&out), bits(&cpu), "{what}: GPU Exact != CPU {p:?}");
+    }
+    // The device entry point on packed [total, H, D] buffers (FlashAttention's varlen layout).
+    let s = p.shape();
+    let qd = [1, s.q_heads, s.q_len, s.head_dim];
+    let ([q, k, v], [lq, lk, lv]) = place(p, Kind::Bshd, &x.q, &x.k, &x.v, T::default());
+    let cb = e.cuda().expect("a CUDA engine");
+    let st = cb.stream();
+    let up = |t: &[T]| st.clone_htod(t).expect("upload");
+    let (dq, dk, dv) = (up(&q), up(&k), up(&v));
+    let dev = DeviceQkv {
+        q: DeviceTensor::new(&dq, lq),
+        k: DeviceTensor::new(&dk, lk),
+        v: DeviceTensor::new(&dv, lv),
+        mask: None,
+    };
+    let mut dout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
+    cb.run_device(e.path(), &st, p, &dev, DeviceTensorMut::new(&mut dout, lq))
+        .unwrap_or_else(|err| panic!("{what} device {p:?}: {err}"));
+    let got = st.clone_dtoh(&dout).expect("download");
+    assert_eq!(
+        bits(&gather(&got, qd, lq)),
+        bits(&out),
+        "{what}: device entry != host entry {p:?}"
+    );
+    // Paged (half the time): the contiguous bits.
+    if seed % 2 == 1 {
+        let page = 16 << (seed / 2 % 5);
+        let c = paginate(p, &x.k, &x.v, page, seed).unwrap();
+        let (paged, _) = run_cache_on(e, p, &x.q, KvCache::Paged(c.cache()), None, false)
+            .unwrap_or_else(|err| panic!("{what} paged {page}: {err}"));
+        assert_eq!(
+            bits(&paged),
+            bits(&out),
+            "{what}: paged {page} != contiguous {p:?}"
+        );
+        let dev = device_paged(e, p, &x.q, &c, None)
+            .unwrap_or_else(|err| panic!("{what} device paged {page}: {err}"));
+        assert_eq!(bits(&dev), bits(&out), "{what}: device paged {page} {p:?}");
+    }
+    s.q_heads * s.q_len
+}
+
+fn varlen_test(path: Path, test: &str) {
+    let Some(e) = gpu(test, path) else {
+        return;
+    };
+    let mut rng = SplitMix64::new(0x5E0 + path.code() as u64);
+    let (mut rows, mut n) = (0, 0);
+    for i in 0..48u64 {
+        let p = random_varlen(&mut rng, path);
+        let ts = dtypes(path);
+        rows += match ts[i as usize % ts.len()] {
+            DType::F32 => one::<f32>(&e, &p, i),
+            DType::F16 => one::<f16>(&e, &p, i),
+            DType::Bf16 => one::<bf16>(&e, &p, i),
+        };
+        n += 1;
+    }
+    // Structured: a sequence past one TensorCore key chunk (2048) beside decode rows and an empty
+    // sequence, both alignments; one with every sequence a decode row.
+    for (j, align) in [CausalAlign::BottomRight, CausalAlign::TopLeft]
+        .into_iter()
+        .enumerate()
+    {
+        let policy = NonFinitePolicy::Reject;
+        let p = varlen_problem(
+            (8, 2),
+            &[1, 5, 0, 1],
+            &[3000, 5, 9, 2100],
+            128,
+            Some(align),
+            policy,
+        );
+        rows += one::<bf16>(&e, &p, 100 + j as u64);
+        let p = varlen_problem(
+            (4, 1),
+            &[1; 7],
+            &[1, 2, 3, 500, 0, 2049, 64],
+            64,
+            None,
+            policy,
+        );
+        rows += one::<f16>(&e, &p, 103 + j as u64);
+        n += 2;
+    }
+    loud(&format!(
+        "{test}: {n} varlen problems on {}, {rows} rows each equal to its sequence alone (host \
+         and device entry; paged = contiguous for half{})",
+        e.describe(),
+        if path == Path::Exact { "; = CPU" } else { "" }
+    ));
+}
+
+#[test]
+fn varlen_exact_each_sequence_alone_and_the_cpu() {
+    varlen_test(Path::Exact, "varlen_exact_each_sequence_alone_and_the_cpu");
+}
+
+#[test]
+fn varlen_tensorcore_each_sequence_alone() {
+    varlen_test(Path::TensorCore, "varlen_tensorcore_each_sequence_alone");
+}
+
+/// Paged caches of rectangular problems (kv_lens, masks, decode) on both paths: the contiguous
+/// bits (and on `Exact` the CPU's).
+#[test]
+fn paged_cache_gives_the_contiguous_bits_on_the_gpu() {
+    for path in Path::ALL {
+        let Some(e) = gpu("paged_cache_gives_the_contiguous_bits_on_the_gpu", path) else {
+            continue;
+        };
+        let mut rng = SplitMix64::new(0x9A6E + path.code() as u64);
+        let mut n = 0;
+        for i in 0..40u64 {
+            let mut r = |m: usize| (rng.next_u64() % m as u64) as usize;
+            let d = match path {
+                Path::Exact => [3, 64, 80, 128][r(4)],
+                Path::TensorCore => [64, 128, 256][r(3)],
+            };
+            let (b, hkv, g) = (1 + r(3), 1 + r(2), [1, 4][r(2)]);
+            let (sq, skv) = ([1, 1, 5, 40][r(4)], 1 + r(600));
+            let shape = detattn::Shape::new(b, hkv * g, hkv, sq, skv, d);
+            let p = layout_common::random_options(&mut rng, shape);
+            let ts = dtypes(path);
+            let page = 16 << (i % 5);
+            match ts[i as usize % ts.len()] {
+                DType::F32 => paged_one::<f32>(&e, &p, i, page),
+                DType::F16 => paged_one::<f16>(&e, &p, i, page),
+                DType::Bf16 => paged_one::<bf16>(&e, &p, i, page),
+            }
+            n += 1;
+        }
+        loud(&format!(
+            "paged cache on {}: {n} problems, paged = contiguous bit for bit",
+            e.describe()
+        ));
+    }
+}
+
+fn paged_one<T: Element + DeviceRepr + ValidAsZeroBits>(
+    e: &Engine,
+    p: &Problem,
+    seed: u64,
+    page: usize,
+) {
+    let x = generate::<T>(p, GenOptions::seed(seed));
+    let mask = x.mask.as_deref();
+    let want = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), mask, false)
+        .unwrap_or_else(|err| panic!("{p:?}: {err}"));
+    let c = paginate(p, &x.k, &x.v, page, seed ^ 0xFACE).unwrap();
+    let got = run_cache_on(e, p, &x.q, KvCache::Paged(c.cache()), mask, false)
+        .unwrap_or_else(|err| panic!("paged {page} {p:?}: {err}"));
+    assert_eq!(bits(&got.0), bits(&want.0), "paged {page} {p:?}");
+    let dev = device_paged(e, p, &x.q, &c, mask)
+        .unwrap_or_else(|err| panic!("device paged {page} {p:?}: {err}"));
+    assert_eq!(bits(&dev), bits(&want.0), "device paged {page} {p:?}");
+    if e.path() == Path::Exact {
+        let cpu = run_cache_on(
+            &Engine::cpu(),
+            p,
+            &x.q,
+            KvCache::Paged(c.cache()),
+            mask,
+            false,
+        )
+        .unwrap();
+        assert_eq!(bits(&got.0), bits(&cpu.0), "GPU != CPU, paged {page} {p:?}");
+    }
+}
+
+/// `Reject` on the GPU reads exactly what the CPU reads: a NaN in the keys of a sequence with no
+/// query rows is an error (it is an input); a NaN in a page row a sequence uses is one; the NaN
+/// that fills the unused page rows is none (checked by every paged run above, under `Reject`).
+#[test]
+fn reject_reads_what_the_cpu_reads() {
+    for path in Path::ALL {
+        let Some(e) = gpu("reject_reads_what_the_cpu_reads", path) else {
+            continue;
+        };
+        let p = varlen_problem(
+            (2, 1),
+            &[3, 0, 1],
+            &[4, 6, 9],
+            64,
+            None,
+            NonFinitePolicy::Reject,
+        );
+        let mut x = generate::<f16>(&p, GenOptions::seed(7));
+        // Sequence 1 (no rows) owns packed keys 4..10: key 5, element 3.
+        x.k[5 * 64 + 3] = f16::NAN;
+        for engine in [&e, &Engine::cpu()] {
+            let r = run_cache_on(engine, &p, &x.q, contiguous(&p, &x.k, &x.v), None, false);
+            assert_eq!(
+                r.unwrap_err(),
+                Error::NonFinite {
+                    tensor: TensorName::K
+                },
+                "{}",
+                engine.describe()
+            );
+        }
+        // A used row of a paged cache.
+        let p = Problem::builder(detattn::Shape::new(2, 2, 1, 1, 50, 64))
+            .kv_lens(vec![50, 20])
+            .build()
+            .unwrap();
+        let x = generate::<f16>(&p, GenOptions::seed(8));
+        let mut c = paginate(&p, &x.k, &x.v, 16, 3).unwrap();
+        // Sequence 1, key 19: page 1 of its row, row 3 of that page.
+        let page = c.block_table[c.max_pages + 1] as usize;
+        let at = c.layout.row(page, 0, 3);
+        c.v[at] = f16::INFINITY;
+        for engine in [&e, &Engine::cpu()] {
+            let r = run_cache_on(engine, &p, &x.q, KvCache::Paged(c.cache()), None, false);
+            assert_eq!(
+                r.unwrap_err(),
+                Error::NonFinite {
+                    tensor: TensorName::V
+                },
+                "{}",
+                engine.describe()
+            );
+        }
+        assert_eq!(
+            device_paged(&e, &p, &x.q, &c, None).unwrap_err(),
+            Error::NonFinite {
+                tensor: TensorName::V
+            },
+            "device entry"
+        );
+        // A used block-table entry outside the cache: the host's typed error, before any work.
+        let mut bad = paginate(&p, &x.k, &x.v, 16, 3).unwrap();
+        bad.block_table[1] = bad.num_pages as i32;
+        let want =
+            run_cache_on(&e, &p, &x.q, KvCache::Paged(bad.cache()), None, false).unwrap_err();
+        assert!(matches!(want, Error::BlockTableEntry { .. }), "{want:?}");
+        assert_eq!(device_paged(&e, &p, &x.q, &bad, None).unwrap_err(), want);
+    }
+}
+
+#[test]
+fn the_log_sum_exp_is_refused_on_the_gpu() {
+    for path in Path::ALL {
+        let Some(e) = gpu("the_log_sum_exp_is_refused_on_the_gpu", path) else {
+            continue;
+        };
+        let p = varlen_problem((2, 1), &[3, 1], &[4, 9], 64, None, NonFinitePolicy::Reject);
+        let x = generate::<f16>(&p, GenOptions::seed(9));
+        let err = run_cache_on(&e, &p, &x.q, contiguous(&p, &x.k, &x.v), None, true).unwrap_err();
+        let Error::FeatureUnavailable { feature, .. } = &err else {
+            panic!("expected FeatureUnavailable, got {err:?}");
+        };
+        assert_eq!(*feature, "the log-sum-exp output");
+        assert!(err.is_caller_error());
+    }
+}

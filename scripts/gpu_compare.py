@@ -20,6 +20,10 @@ What it measures, each on the same shapes and with the same protocol for both li
       Hkv in {1, 8}, Hq = 4 Hkv (G = 4, the decode kernel), D = 128 bf16, as (c) in one compact table.
       `detattn bench` generates its inputs on the host, so caches above `--max-cache-gb` (default
       1.2 GB) are listed as not measured rather than generated for minutes.
+  (e) the KV-cache interfaces (`--only paged,varlen`): the decode workload with K and V in shuffled
+      pages of 16 and 256 rows (the device entry of paged caches: the used rows gathered, then the
+      decode) against our contiguous run and SDPA's on the contiguous cache; a causal varlen prefill
+      batch of 8 sequences (`--seqlens-q/-k`) against SDPA called once per sequence.
 Workloads: W1, W2, W2c, W3c (the anchors), decode (B=32) and dec1 (B=1, Skv=32768), the grid ids
 g<B>_s<Skv/1024>k_h<Hkv>; `--only` picks some (`grid` = all grid ids), `--quick` = W1,W2.
 `--paths` picks the Exact and/or the TensorCore rows (default both).
@@ -64,6 +68,12 @@ for _b in (1, 2, 8, 32):
         for _h in (1, 8):
             GRID.append(f"g{_b}_s{_s // 1024}k_h{_h}")
             WORKLOADS[GRID[-1]] = ((_b, 4 * _h, _h, 1, _s, 128), "bf16", False)
+# (e) the KV-cache interfaces: a paged decode (the decode workload's cache in shuffled pages of
+# each size, through the device entry's gather) and a varlen prefill batch (q = k lengths per
+# sequence, causal). Not in WORKLOADS: their rows have their own shape and their own table.
+PAGED = ((32, 32, 8, 1, 8192, 128), "bf16", (16, 256))
+VARLEN = ((128, 512, 1024, 2048, 300, 4000, 64, 1500), 32, 8, 128, "bf16")
+KVCACHE = ["paged", "varlen"]
 PREFILL = ["W1", "W2", "W2c", "W3c"]
 DECODE = ["decode", "dec1"] + GRID
 TORCH_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -77,7 +87,7 @@ def parse_args():
     ap.add_argument("bin", help="the detattn binary (.carry/bin/detattn on the GPU machine)")
     ap.add_argument("out", help="JSON output path")
     ap.add_argument("--quick", action="store_true", help="W1 and W2 only")
-    ap.add_argument("--only", help="comma-separated workloads: " + ",".join(WORKLOADS))
+    ap.add_argument("--only", help="comma-separated workloads: " + ",".join(list(WORKLOADS) + KVCACHE))
     ap.add_argument("--paths", default="exact,tensorcore", help="exact and/or tensorcore (default both)")
     ap.add_argument("--per-sample", type=int, default=1, help="launches per event pair (default 1)")
     ap.add_argument("--warmup", type=int, default=5)
@@ -98,10 +108,11 @@ def parse_args():
     if a.only:
         want = [w.strip() for w in a.only.split(",") if w.strip()]
         want = [g for w in want for g in (GRID if w == "grid" else [w])]
-        bad = [w for w in want if w not in WORKLOADS]
+        known = list(WORKLOADS) + KVCACHE
+        bad = [w for w in want if w not in known]
         if bad:
-            ap.error(f"unknown workload(s) {bad}; expected some of {list(WORKLOADS)}")
-        ids = [w for w in WORKLOADS if w in want]
+            ap.error(f"unknown workload(s) {bad}; expected some of {known}")
+        ids = [w for w in known if w in want]
     paths = {p.strip() for p in a.paths.split(",") if p.strip()}
     if not paths or paths - {"exact", "tensorcore"}:
         ap.error("--paths takes exact and/or tensorcore")
@@ -182,11 +193,16 @@ def time_sdpa(backend, shape, dt, causal, A):
     return us, how
 
 
-def time_detattn(path, shape, dt, causal, A):
-    """(µs per launch, the bench's JSON) or raises RuntimeError with the CLI's message."""
+def shape_args(shape):
     b, hq, hkv, sq, skv, d = shape
-    cmd = [A.bin, "bench", "--backend", "cuda", "--path", path, "--batch", str(b), "--q-heads", str(hq),
-           "--kv-heads", str(hkv), "--q-len", str(sq), "--kv-len", str(skv), "--head-dim", str(d),
+    return ["--batch", str(b), "--q-heads", str(hq), "--kv-heads", str(hkv), "--q-len", str(sq),
+            "--kv-len", str(skv), "--head-dim", str(d)]
+
+
+def time_detattn(path, shape, dt, causal, A, problem=None):
+    """(µs per launch, the bench's JSON) or raises RuntimeError with the CLI's message. `problem`:
+    the CLI's problem arguments, instead of `shape`'s (a varlen batch, a paged cache)."""
+    cmd = [A.bin, "bench", "--backend", "cuda", "--path", path, *(problem or shape_args(shape)),
            "--dtype", dt, "--warmup", str(A.warmup), "--iters", str(A.iters), "--rotate", str(A.rotate),
            "--per-sample", str(A.per_sample), "--json"]
     if causal:
@@ -201,6 +217,104 @@ def time_detattn(path, shape, dt, causal, A):
     if j.get("per_sample", 1) != A.per_sample:
         raise RuntimeError(f"the binary timed {j.get('per_sample')} launches per sample, not {A.per_sample}")
     return float(j["median_us"]), j
+
+
+def time_sdpa_sequences(backend, lens, hq, hkv, d, dt, A):
+    """µs of SDPA over a varlen batch as a caller without varlen runs it: one causal call per
+    sequence (its own length), all of a batch's calls between one event pair."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    tdt = TORCH_DT[dt]
+    sets = [[(torch.randn(1, hq, n, d, device="cuda", dtype=tdt, generator=g),
+              torch.randn(1, hkv, n, d, device="cuda", dtype=tdt, generator=g),
+              torch.randn(1, hkv, n, d, device="cuda", dtype=tdt, generator=g)) for n in lens]
+            for _ in range(A.rotate)]
+    try:
+        with sdpa_kernel([SDPA[backend]]):
+            def call(i):
+                for q, k, v in sets[i]:
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hq != hkv)
+            call(0)
+            torch.cuda.synchronize()
+            return timed(call, len(sets), A)
+    finally:
+        del sets
+        torch.cuda.empty_cache()
+
+
+def kvcache_rows(A, res):
+    """(e): the paged decode against our contiguous run and SDPA's, and the varlen batch against
+    SDPA run per sequence; rows into res["kvcache"]."""
+    paths = [p for p in ("tensorcore", "exact") if p in A.path_set]
+    out = res.setdefault("kvcache", {})
+    if "paged" in A.ids:
+        shape, dt, sizes = PAGED
+        row = out["paged"] = {"shape": list(shape), "dtype": dt, "bytes": bytes_moved(shape, dt),
+                              "page_sizes": list(sizes), "detattn": {}, "sdpa": {}}
+        print(f"paged B,Hq,Hkv,Sq,Skv,D={shape} {dt}, pages of {sizes} rows", flush=True)
+        for be in ("flash", "cudnn"):
+            v = measure(f"SDPA {be} {dt} (contiguous)", lambda be=be: time_sdpa(be, shape, dt, False, A),
+                        row["sdpa"], be)
+            if v:
+                row["sdpa"][be] = v[0]
+        for path in paths:
+            for ps in (None, *sizes):
+                key = f"{path}_{'contiguous' if ps is None else f'paged{ps}'}"
+                extra = [] if ps is None else ["--page-size", str(ps)]
+                v = measure(f"detattn {key}", lambda ps=ps, extra=extra, path=path: time_detattn(
+                    path, shape, dt, False, A, problem=shape_args(shape) + extra), row["detattn"], key)
+                if v:
+                    row["detattn"][key] = v[0]
+    if "varlen" in A.ids:
+        lens, hq, hkv, d, dt = VARLEN
+        seqs = ",".join(map(str, lens))
+        row = out["varlen"] = {"lens": list(lens), "heads": [hq, hkv], "head_dim": d, "dtype": dt,
+                               "flops": sum(2 * hq * n * n * d for n in lens), "detattn": {}, "sdpa": {}}
+        print(f"varlen causal, {len(lens)} sequences of {list(lens)} rows = keys, Hq {hq} Hkv {hkv} "
+              f"D {d} {dt}", flush=True)
+        for be in ("flash", "cudnn"):
+            v = measure(f"SDPA {be} per sequence", lambda be=be: time_sdpa_sequences(be, lens, hq, hkv, d, dt, A),
+                        row["sdpa"], be)
+            if v:
+                row["sdpa"][be] = v
+        prob = ["--q-heads", str(hq), "--kv-heads", str(hkv), "--head-dim", str(d), "--seqlens-q", seqs,
+                "--seqlens-k", seqs]
+        for path in paths:
+            v = measure(f"detattn {path} varlen", lambda path=path: time_detattn(path, None, dt, True, A, prob),
+                        row["detattn"], path)
+            if v:
+                row["detattn"][path] = v[0]
+
+
+def print_kvcache(res):
+    kv = res.get("kvcache", {})
+    if "paged" in kv:
+        r = kv["paged"]
+        ceil = res.get("copy_TBps")
+        print(f"\n#### (e) Paged decode (B,Hq,Hkv,Sq,Skv,D = {tuple(r['shape'])}, {r['dtype']}; device entry: "
+              "the used rows gathered into contiguous K and V, then the decode)\n")
+        print("| who | µs | GB/s (Q, K, V, O once) | of copy ceiling | this / our contiguous | this / cuDNN |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        cudnn = us_of(r["sdpa"].get("cudnn"))
+        for key, v in list(r["detattn"].items()) + [(f"SDPA {k} (contiguous)", x) for k, x in r["sdpa"].items()]:
+            us = us_of(v)
+            gbs = r["bytes"] / us / 1e3 if us else None
+            frac = f"{gbs / (ceil * 1e3):.0%}" if gbs and ceil else ""
+            path = key.split("_")[0]
+            base = us_of(r["detattn"].get(f"{path}_contiguous"))
+            print(f"| {key} | {cell(v)} | {f'{gbs:.0f}' if gbs else ''} | {frac} | "
+                  f"{fmt_ratio(us, base) if base else ''} | {fmt_ratio(us, cudnn)} |")
+    if "varlen" in kv:
+        r = kv["varlen"]
+        print(f"\n#### (e) Varlen prefill batch (causal, sequences {r['lens']}, Hq {r['heads'][0]} Hkv "
+              f"{r['heads'][1]} D {r['head_dim']}, {r['dtype']}; SDPA: one call per sequence)\n")
+        print("| who | µs | TF/s | this / SDPA flash | this / SDPA cuDNN |")
+        print("| --- | --- | --- | --- | --- |")
+        fl, cu = us_of(r["sdpa"].get("flash")), us_of(r["sdpa"].get("cudnn"))
+        for key, v in [(f"detattn {k}", x) for k, x in r["detattn"].items()] + \
+                [(f"SDPA {k} per sequence", x) for k, x in r["sdpa"].items()]:
+            us = us_of(v)
+            tf = f"{r['flops'] / us / 1e6:.1f}" if us else ""
+            print(f"| {key} | {cell(v)} | {tf} | {fmt_ratio(us, fl)} | {fmt_ratio(us, cu)} |")
 
 
 def measure(label, fn, row, key):
@@ -232,11 +346,13 @@ def main():
     res = {"device": dev, "torch": torch.__version__, "date_utc": date, "per_sample": A.per_sample,
            "warmup": A.warmup, "iters": A.iters, "rotate": A.rotate, "workloads": A.ids,
            "paths": sorted(A.path_set), "rows": []}
-    if any(w in A.ids for w in DECODE):
+    if any(w in A.ids for w in DECODE + ["paged"]):
         res["copy_TBps"] = copy_ceiling(A)
         print(f"copy ceiling (1 GiB d2d, read + write bytes): {res['copy_TBps']:.3f} TB/s", flush=True)
 
     for wid in A.ids:
+        if wid in KVCACHE:
+            continue
         shape, dt, causal = WORKLOADS[wid]
         row = {"id": wid, "shape": list(shape), "dtype": dt, "causal": causal,
                "flops": flops(shape, causal), "bytes": bytes_moved(shape, dt), "sdpa": {}, "gqa": {},
@@ -279,7 +395,12 @@ def main():
         with open(A.out, "w") as fh:  # after every workload: a later failure keeps what was measured
             json.dump(res, fh, indent=1)
 
+    if any(w in A.ids for w in KVCACHE):
+        kvcache_rows(A, res)
+        with open(A.out, "w") as fh:
+            json.dump(res, fh, indent=1)
     print_tables(res, A, proto)
+    print_kvcache(res)
     with open(A.out, "w") as fh:
         json.dump(res, fh, indent=1)
 

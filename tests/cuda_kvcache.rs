@@ -408,3 +408,42 @@ fn the_log_sum_exp_is_refused_on_the_gpu() {
         assert!(err.is_caller_error());
     }
 }
+
+/// The benchmark protocol takes varlen batches and paged caches (the gather timed with each
+/// call) on both paths, and refuses a bad page size with the typed error.
+#[test]
+fn the_bench_times_varlen_batches_and_paged_caches() {
+    for path in Path::ALL {
+        let Some(e) = gpu("the_bench_times_varlen_batches_and_paged_caches", path) else {
+            continue;
+        };
+        let c = e.cuda().expect("cuda");
+        let varlen = varlen_problem(
+            (4, 2),
+            &[1, 40, 0, 1],
+            &[300, 40, 7, 2100],
+            64,
+            Some(CausalAlign::BottomRight),
+            NonFinitePolicy::Reject,
+        );
+        let decode = Problem::builder(detattn::Shape::new(3, 8, 2, 1, 900, 128))
+            .kv_lens(vec![900, 17, 512])
+            .build()
+            .unwrap();
+        for (p, page_size) in [(&varlen, None), (&varlen, Some(32)), (&decode, Some(16))] {
+            let mut opts = gpu_common::bench_opts(3, 1, 3, 2, 2);
+            opts.page_size = page_size;
+            let r = c
+                .bench(path, p, DType::F16, &opts)
+                .unwrap_or_else(|err| panic!("{path} {page_size:?}: {err}"));
+            assert!(
+                r.median_us > 0.0 && r.median_us.is_finite() && r.iters == 3 && r.rotate == 2,
+                "{path} {page_size:?}: {r:?}"
+            );
+        }
+        let mut opts = gpu_common::bench_opts(3, 1, 3, 2, 1);
+        opts.page_size = Some(48);
+        let err = c.bench(path, &decode, DType::F16, &opts).unwrap_err();
+        assert!(matches!(err, Error::PageSize { .. }), "{err:?}");
+    }
+}

@@ -294,7 +294,7 @@ impl CudaBackend {
         with_path!(
             self,
             path,
-            |m| with_dtype!(dtype, T => entry::bench::<_, T>(&self.dev, m, p, opts))
+            |m| with_dtype!(dtype, T => entry::bench::<_, T>(&self.dev, &self.gather, m, p, opts))
         )
     }
 }

@@ -419,44 +419,91 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
         dev.check_context(TensorName::Mask, m.context())?;
     }
     dev.check_context(TensorName::Out, out.data.context())?;
-    let elem = std::mem::size_of::<T>();
-    let seqs = Gather::sequences(p);
-    let needed = (2 * n * elem + 4 * (cache.block_table.len() + seqs.len())) as u64;
-    dev.reserve(needed)?;
-    let zeros = || {
-        dev.stream
-            .alloc_zeros::<T>(n)
-            .map_err(dev.alloc_err(needed))
-    };
-    let (mut gk, mut gv) = (zeros()?, zeros()?);
-    let up = |x: &[i32]| dev.stream.clone_htod(x).map_err(dev.alloc_err(needed));
-    let (table, seqs) = (up(cache.block_table)?, up(&seqs)?);
-    {
+    let mut gathered = Gathered::alloc(dev, p, cache.block_table)?;
+    gathered.gather(dev, gather, stream, p, &paging, &cache.k, &cache.v)?;
+    run_device(dev, path, stream, p, &gathered.qkv(q, mask), out)
+}
+
+/// The device buffers of a paged call: contiguous `[B, Hkv, Skv, D]` K and V (zeroed: the rows
+/// not gathered stay +0), and the uploaded block table and sequences (`Gather::sequences`).
+struct Gathered<T> {
+    k: CudaSlice<T>,
+    v: CudaSlice<T>,
+    layout: Layout,
+    table: CudaSlice<i32>,
+    seqs: CudaSlice<i32>,
+}
+
+impl<T: Element + DeviceRepr + ValidAsZeroBits> Gathered<T> {
+    /// Allocate for `p` (after the device-memory check) and upload `block_table`.
+    fn alloc(dev: &Device, p: &Problem, block_table: &[i32]) -> Result<Self> {
+        let (_, [b, hkv, skv, d]) = tensor::dims(p);
+        let n = b * hkv * skv * d;
+        let seqs = Gather::sequences(p);
+        let needed =
+            (2 * n * std::mem::size_of::<T>() + 4 * (block_table.len() + seqs.len())) as u64;
+        dev.reserve(needed)?;
+        let zeros = || {
+            dev.stream
+                .alloc_zeros::<T>(n)
+                .map_err(dev.alloc_err(needed))
+        };
+        let up = |x: &[i32]| dev.stream.clone_htod(x).map_err(dev.alloc_err(needed));
+        Ok(Gathered {
+            k: zeros()?,
+            v: zeros()?,
+            layout: Layout::bhsd(hkv, skv, d),
+            table: up(block_table)?,
+            seqs: up(&seqs)?,
+        })
+    }
+
+    /// Enqueue the gather of the pages `k` and `v` (described by `paging`, checked for `p` by
+    /// `tensor::check_cache_call`, on this device) on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &mut self,
+        dev: &Device,
+        gather: &Gather,
+        stream: &CudaStream,
+        p: &Problem,
+        paging: &Paging<'_>,
+        k: &DeviceTensor<'_, T>,
+        v: &DeviceTensor<'_, T>,
+    ) -> Result<()> {
+        let elem = std::mem::size_of::<T>();
         let mut g = Guards::default();
-        let (t, s) = (g.r(&table, stream), g.r(&seqs, stream));
+        let (t, s) = (g.r(&self.table, stream), g.r(&self.seqs, stream));
         let at = |addr: u64, x: &DeviceTensor<'_, T>| Pages {
             addr: DevTensor::new(addr, x.layout, elem).addr,
             layout: x.layout,
         };
-        let pk = at(g.r(cache.k.data, stream), &cache.k);
-        let pv = at(g.r(cache.v.data, stream), &cache.v);
+        let pk = at(g.r(k.data, stream), k);
+        let pv = at(g.r(v.data, stream), v);
         let launches = [
-            gather.launch(p, &paging, elem, pk, g.w(&mut gk, stream), t, s)?,
-            gather.launch(p, &paging, elem, pv, g.w(&mut gv, stream), t, s)?,
+            gather.launch(p, paging, elem, pk, g.w(&mut self.k, stream), t, s)?,
+            gather.launch(p, paging, elem, pv, g.w(&mut self.v, stream), t, s)?,
         ];
-        // SAFETY: the pages' buffers live on this device (checked) and hold every row the block
-        // table's used entries reach (tensor::check_cache_call); the gathered buffers hold
-        // B·Hkv·Skv·D elements, the table and the sequences what `Gather::launch` reads. The
-        // guards keep them alive and ordered until the stream has run the launches.
-        unsafe { dev.submit(stream, &launches)? };
+        // SAFETY: the pages' buffers live on this device and hold every row the block table's
+        // used entries reach (the caller's checks); the gathered buffers hold B·Hkv·Skv·D
+        // elements, the table and the sequences what `Gather::launch` reads. The guards keep them
+        // alive and ordered until the stream has run the launches.
+        unsafe { dev.submit(stream, &launches) }
     }
-    let x = DeviceQkv {
-        q,
-        k: DeviceTensor::new(&gk, kl),
-        v: DeviceTensor::new(&gv, kl),
-        mask,
-    };
-    run_device(dev, path, stream, p, &x, out)
+
+    /// The inputs of the path's call: `q`, the gathered K and V, `mask`.
+    fn qkv<'a>(
+        &'a self,
+        q: DeviceTensor<'a, T>,
+        mask: Option<&'a CudaSlice<u8>>,
+    ) -> DeviceQkv<'a, T> {
+        DeviceQkv {
+            q,
+            k: DeviceTensor::new(&self.k, self.layout),
+            v: DeviceTensor::new(&self.v, self.layout),
+            mask,
+        }
+    }
 }
 
 /// Microseconds (CUDA events on `stream`) of exactly the GPU work [`run_device`] enqueues for
@@ -496,9 +543,11 @@ pub(crate) fn time_launch<P: GpuPath, T: Element + DeviceRepr>(
 /// The benchmark protocol of `timing.rs` on one path: seeded input sets in `opts.order`, the
 /// output poisoned, and per sample `per_sample` calls of the GPU work one host call runs (without
 /// uploads; under `Reject` without the scan, the inputs being finite; under `Propagate` with the
-/// policy's work).
-pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr>(
+/// policy's work). With `opts.page_size`, K and V are a paged cache and each call first gathers
+/// the rows it reads, as [`run_device_paged`] does.
+pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
     dev: &Device,
+    gather: &Gather,
     path: &P,
     p: &Problem,
     opts: &BenchOptions,
@@ -508,13 +557,41 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr>(
     let mut out = timing::poisoned_output::<T>(st, p)?;
     let ol = timing::layout(p, opts.order, true);
     let ops = device_operands(&sets[0].qkv(), &DeviceTensorMut::new(&mut out, ol));
-    tensor::check_call(p, &ops, Fit::AtLeast)?;
+    let paging = sets[0].paging();
+    tensor::check_cache_call(p, &ops, paging, None, Fit::AtLeast)?;
+    let mut gathered = match &paging {
+        Some(pg) => Some(Gathered::<T>::alloc(dev, p, pg.block_table)?),
+        None => None,
+    };
+    let ops = match &gathered {
+        Some(g) => {
+            let (_, kd) = tensor::dims(p);
+            let op = Operand {
+                len: kd.iter().product(),
+                layout: g.layout,
+            };
+            Operands {
+                k: op,
+                v: op,
+                ..ops
+            }
+        }
+        None => ops,
+    };
     let plan = plan(path, p, T::DTYPE, &ops)?;
     let sizes = path.scratch(p, &plan, false);
     let lens = dev.kv_lens(p)?;
     let mut sc = dev.scratch(&sizes)?;
     timing::sample(st, opts, |i| {
-        let x = sets[i].qkv();
+        let set = &sets[i];
+        let x = match (&mut gathered, set.paging()) {
+            (Some(g), Some(pg)) => {
+                let x = set.qkv();
+                g.gather(dev, gather, st, p, &pg, &x.k, &x.v)?;
+                g.qkv(x.q, x.mask)
+            }
+            _ => set.qkv(),
+        };
         let mut o = DeviceTensorMut::new(&mut out, ol);
         let mut g = Guards::default();
         let io = device_io(&mut g, st, &x, &mut o, &lens);

@@ -8,9 +8,9 @@ use super::drv;
 use super::path::{DeviceQkv, DeviceTensor};
 use crate::dtype::Element;
 use crate::error::Result;
-use crate::inputs::{GenOptions, generate};
+use crate::inputs::{GenOptions, generate, paginate};
 use crate::problem::Problem;
-use crate::tensor::{Layout, Order, scatter};
+use crate::tensor::{Layout, Order, Paging, scatter};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr};
 use std::sync::Arc;
 
@@ -29,6 +29,10 @@ pub struct BenchOptions {
     pub per_sample: usize,
     /// The layout of the inputs and the output.
     pub order: Order,
+    /// K and V in a paged cache of this many rows per page (`inputs::paginate`'s shuffled
+    /// placement, one block table for every input set): each call then gathers the used rows
+    /// first, as `CudaBackend::run_device_paged` does.
+    pub page_size: Option<usize>,
 }
 
 impl Default for BenchOptions {
@@ -40,6 +44,7 @@ impl Default for BenchOptions {
             rotate: 4,
             per_sample: 1,
             order: Order::Bhsd,
+            page_size: None,
         }
     }
 }
@@ -68,9 +73,21 @@ pub(crate) struct InputSet<T> {
     mask: Option<CudaSlice<u8>>,
     q_layout: Layout,
     kv_layout: Layout,
+    /// With `BenchOptions::page_size`: `k` and `v` are the pages (at `kv_layout`), and this the
+    /// rest of the cache.
+    paged: Option<PagedMeta>,
+}
+
+/// What a paged input set holds beside its pages.
+struct PagedMeta {
+    num_pages: usize,
+    page_size: usize,
+    block_table: Vec<i32>,
+    max_pages: usize,
 }
 
 impl<T> InputSet<T> {
+    /// The set as tensors (for a paged set, K and V are the pages).
     pub(crate) fn qkv(&self) -> DeviceQkv<'_, T> {
         DeviceQkv {
             q: DeviceTensor::new(&self.q, self.q_layout),
@@ -78,6 +95,16 @@ impl<T> InputSet<T> {
             v: DeviceTensor::new(&self.v, self.kv_layout),
             mask: self.mask.as_ref(),
         }
+    }
+
+    /// The paged cache's table and sizes, for a paged set.
+    pub(crate) fn paging(&self) -> Option<Paging<'_>> {
+        self.paged.as_ref().map(|m| Paging {
+            num_pages: m.num_pages,
+            page_size: m.page_size,
+            block_table: &m.block_table,
+            max_pages: m.max_pages,
+        })
     }
 }
 
@@ -117,13 +144,34 @@ pub(crate) fn input_sets<T: Element + DeviceRepr>(
                 }
                 None => None,
             };
+            let q = up(&x.q, qd, ql)?;
+            if let Some(ps) = opts.page_size {
+                // One placement (the first seed's) for every set: the same block table.
+                let c = paginate(p, &x.k, &x.v, ps, opts.seed)?;
+                let pages = |v: &[T]| st.clone_htod(v).map_err(drv("cuMemcpyHtoD"));
+                return Ok(InputSet {
+                    q,
+                    k: pages(&c.k)?,
+                    v: pages(&c.v)?,
+                    mask,
+                    q_layout: ql,
+                    kv_layout: c.layout,
+                    paged: Some(PagedMeta {
+                        num_pages: c.num_pages,
+                        page_size: c.page_size,
+                        block_table: c.block_table,
+                        max_pages: c.max_pages,
+                    }),
+                });
+            }
             Ok(InputSet {
-                q: up(&x.q, qd, ql)?,
+                q,
                 k: up(&x.k, kd, kl)?,
                 v: up(&x.v, kd, kl)?,
                 mask,
                 q_layout: ql,
                 kv_layout: kl,
+                paged: None,
             })
         })
         .collect()

@@ -87,5 +87,6 @@ pub fn bench_opts(
         rotate,
         per_sample,
         order: detattn::Order::Bhsd,
+        page_size: None,
     }
 }

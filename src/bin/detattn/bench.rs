@@ -41,6 +41,11 @@ pub(crate) struct BenchArgs {
     /// sample); more hides the host's launch overhead on short problems.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     per_sample: u32,
+    /// GPU only: K and V in a paged cache of N-row pages (a power of two in 16..=256, placed as
+    /// `run --page-size` places them); each call gathers the rows it reads first, as the device
+    /// entry point of paged caches does, and that gather is timed with it.
+    #[arg(long, value_name = "N")]
+    page_size: Option<usize>,
 }
 
 /// Timings in microseconds, per call.
@@ -65,6 +70,13 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
     let engine = a.engine(&p)?;
     let (iters, rotate) = (args.iters as usize, args.rotate as usize);
     let per_sample = args.per_sample as usize;
+    if args.page_size.is_some() && !engine.is_gpu() {
+        return Err(Failure::Usage(
+            "--page-size times the GPU's device entry point of paged caches; the CPU bench times \
+             contiguous K and V (the CPU gives a paged cache the same bits, `run --page-size`)"
+                .into(),
+        ));
+    }
     if per_sample > 1 && !engine.is_gpu() {
         return Err(Failure::Usage(format!(
             "--per-sample {per_sample}: launches per sample apply to GPU timing (N launches \
@@ -86,7 +98,15 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
         ("dtype", a.dtype.name().to_string()),
         (
             "shape",
-            format!("{} ({causal}, {})", shape_text(&p), a.layout.name()),
+            format!(
+                "{} ({causal}, {}{})",
+                shape_text(&p),
+                a.layout.name(),
+                match args.page_size {
+                    Some(ps) => format!(", K and V in {ps}-row pages, gathered per call"),
+                    None => String::new(),
+                }
+            ),
         ),
     ];
     if !a.json {
@@ -101,7 +121,7 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
         engine.describe()
     ));
     let t = if engine.is_gpu() {
-        gpu_bench(&engine, a, &p, args.warmup, iters, rotate, per_sample)?
+        gpu_bench(&engine, &args, &p)?
     } else {
         match a.dtype {
             DType::F32 => cpu_bench::<f32>(&engine, a, &p, args.warmup, iters, rotate)?,
@@ -134,6 +154,7 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
             "causal": p.causal(),
             "causal_align": p.causal_align().name(),
             "layout": a.layout.name(),
+            "page_size": args.page_size,
             "warmup": args.warmup,
             "rotate": rotate,
             "timer": t.timer,
@@ -191,25 +212,19 @@ fn progress(line: &str) {
 }
 
 #[cfg(feature = "cuda")]
-fn gpu_bench(
-    engine: &Engine,
-    a: &ProblemArgs,
-    p: &Problem,
-    warmup: usize,
-    iters: usize,
-    rotate: usize,
-    per_sample: usize,
-) -> Result<Timing, Failure> {
+fn gpu_bench(engine: &Engine, args: &BenchArgs, p: &Problem) -> Result<Timing, Failure> {
     let cuda = engine
         .cuda()
         .ok_or_else(|| Failure::Runtime("internal: a GPU engine without a CUDA backend".into()))?;
+    let a = &args.problem;
     let opts = detattn::cuda::BenchOptions {
         seed: a.seed,
-        warmup,
-        iters,
-        rotate,
-        per_sample,
+        warmup: args.warmup,
+        iters: args.iters as usize,
+        rotate: args.rotate as usize,
+        per_sample: args.per_sample as usize,
         order: a.layout,
+        page_size: args.page_size,
     };
     let r = cuda.bench(engine.path(), p, a.dtype, &opts)?;
     Ok(Timing {
@@ -222,15 +237,7 @@ fn gpu_bench(
 }
 
 #[cfg(not(feature = "cuda"))]
-fn gpu_bench(
-    _engine: &Engine,
-    _a: &ProblemArgs,
-    _p: &Problem,
-    _warmup: usize,
-    _iters: usize,
-    _rotate: usize,
-    _per_sample: usize,
-) -> Result<Timing, Failure> {
+fn gpu_bench(_engine: &Engine, _args: &BenchArgs, _p: &Problem) -> Result<Timing, Failure> {
     // Engine::new cannot return a GPU engine without the feature.
     Err(Failure::Runtime(
         "built without the `cuda` feature: no GPU backend".into(),

@@ -125,7 +125,7 @@ pub use path::Path;
 pub use problem::{
     CausalAlign, MaskLayout, NonFinitePolicy, Problem, ProblemBuilder, Sequence, Shape, Varlen,
 };
-pub use tensor::{KvCache, Layout, Order, PagedKv, Qkv, QkvCache, Tensor, TensorMut};
+pub use tensor::{KvCache, Layout, Order, PagedCache, PagedKv, Qkv, QkvCache, Tensor, TensorMut};
 
 // The README's Rust example, compiled and run by `cargo test --doc` (doctests only; no item in the
 // built library).

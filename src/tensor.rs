@@ -236,18 +236,20 @@ pub const MIN_PAGE_SIZE: usize = 16;
 /// Largest page size of a paged cache.
 pub const MAX_PAGE_SIZE: usize = 256;
 
-/// A paged KV cache (module docs). `k` and `v` are logically `[num_pages, Hkv, page_size, D]`
-/// at their layouts (`[num_pages, page_size, Hkv, D]` contiguous is
+/// A paged KV cache (module docs), wherever its two tensors live: [`PagedKv`] on the host,
+/// `cuda::DevicePagedKv` in device memory. `k` and `v` are logically `[num_pages, Hkv,
+/// page_size, D]` at their layouts (`[num_pages, page_size, Hkv, D]` contiguous is
 /// `Layout::bshd(Hkv, page_size, D)`). `block_table` is `[sequences, max_pages]`, row-major, one
-/// row per sequence of the problem ([`Problem::sequences`]). Only the entries a sequence's keys
-/// use are read and checked (the first `ceil(L / page_size)` of its row); the others may hold
-/// anything (e.g. −1). The table and the key lengths are public: they decide addresses.
+/// row per sequence of the problem ([`Problem::sequences`]), on the host in both cases. Only the
+/// entries a sequence's keys use are read and checked (the first `ceil(L / page_size)` of its
+/// row); the others may hold anything (e.g. −1). The table and the key lengths are public: they
+/// decide addresses.
 #[derive(Clone, Copy, Debug)]
-pub struct PagedKv<'a, T> {
+pub struct PagedCache<'a, X> {
     /// The key pages.
-    pub k: Tensor<'a, T>,
+    pub k: X,
     /// The value pages.
-    pub v: Tensor<'a, T>,
+    pub v: X,
     /// Pages in the cache.
     pub num_pages: usize,
     /// Key rows per page: a power of two in 16..=256.
@@ -257,6 +259,9 @@ pub struct PagedKv<'a, T> {
     /// Columns of the block table.
     pub max_pages: usize,
 }
+
+/// A paged KV cache in host memory.
+pub type PagedKv<'a, T> = PagedCache<'a, Tensor<'a, T>>;
 
 /// K and V of a call: tensors of any [`Layout`], or a paged cache.
 #[derive(Clone, Copy, Debug)]
@@ -427,8 +432,8 @@ pub(crate) struct Paging<'a> {
     pub max_pages: usize,
 }
 
-impl<'a, T> From<&PagedKv<'a, T>> for Paging<'a> {
-    fn from(c: &PagedKv<'a, T>) -> Self {
+impl<'a, X> From<&PagedCache<'a, X>> for Paging<'a> {
+    fn from(c: &PagedCache<'a, X>) -> Self {
         Paging {
             num_pages: c.num_pages,
             page_size: c.page_size,

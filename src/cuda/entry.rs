@@ -384,12 +384,7 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
     out: DeviceTensorMut<'_, T>,
 ) -> Result<()> {
     let op = |len: usize, layout: Layout| Operand { len, layout };
-    let paging = Paging {
-        num_pages: cache.num_pages,
-        page_size: cache.page_size,
-        block_table: cache.block_table,
-        max_pages: cache.max_pages,
-    };
+    let paging = Paging::from(cache);
     let ops = Operands {
         q: op(q.data.len(), q.layout),
         k: op(cache.k.data.len(), cache.k.layout),

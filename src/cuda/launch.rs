@@ -200,6 +200,23 @@ fn check_params(func: sys::CUfunction, name: &str, params: &[usize]) -> Result<(
     Ok(())
 }
 
+/// The largest grid y and z dimensions.
+pub(crate) const MAX_GRID_YZ: usize = 65535;
+
+/// Each `(name, value)` that becomes a grid y or z dimension is at most [`MAX_GRID_YZ`]; else
+/// [`Error::DimensionOutOfRange`] naming the first that is not.
+pub(crate) fn within_grid_yz(dims: &[(&'static str, usize)]) -> Result<()> {
+    match dims.iter().find(|(_, v)| *v > MAX_GRID_YZ) {
+        Some(&(name, value)) => Err(Error::DimensionOutOfRange {
+            name,
+            value,
+            min: 1,
+            max: MAX_GRID_YZ,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// One kernel launch, as data: the kernel, its grid and block, dynamic shared memory, and the
 /// bytes of each of its parameters in order (one entry for a kernel that takes one struct).
 #[derive(Clone, Debug)]

@@ -9,7 +9,7 @@
 //! every backend loads, and serves both paths. Its addresses depend on the block table and the
 //! sequences' rows and lengths only (public); it copies values without looking at them.
 
-use super::launch::{Kernel, Launch, Module};
+use super::launch::{Kernel, Launch, Module, within_grid_yz};
 use crate::error::{Error, Result};
 use crate::problem::Problem;
 use crate::tensor::{Layout, Paging};
@@ -18,8 +18,6 @@ use crate::tensor::{Layout, Paging};
 const THREADS: u32 = 256;
 /// Rows one gather block copies (`GATHER_ROWS`).
 const ROWS: usize = 32;
-/// The grid's y (KV heads) and z (sequences) dimensions are at most this.
-const MAX_GRID_YZ: usize = 65535;
 
 /// The kernel's one parameter (`struct Gather` in kernels/exact.cu, same field order; the byte
 /// ranges of its audit/rules.toml entry: src 0, dst 8, table 16, seqs 24, strides from 32).
@@ -93,16 +91,7 @@ impl Gather {
         seqs: u64,
     ) -> Result<Launch> {
         let s = p.shape();
-        for (name, value) in [("sequences", p.sequences()), ("kv_heads", s.kv_heads)] {
-            if value > MAX_GRID_YZ {
-                return Err(Error::DimensionOutOfRange {
-                    name,
-                    value,
-                    min: 1,
-                    max: MAX_GRID_YZ,
-                });
-            }
-        }
+        within_grid_yz(&[("sequences", p.sequences()), ("kv_heads", s.kv_heads)])?;
         let l = src.layout;
         let row_bytes = s.head_dim * elem;
         let wide = [

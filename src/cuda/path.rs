@@ -123,24 +123,9 @@ pub struct DeviceQkv<'a, T> {
     pub mask: Option<&'a CudaSlice<u8>>,
 }
 
-/// A paged KV cache in device memory, as [`crate::PagedKv`] on the host: K and V logically
-/// `[num_pages, Hkv, page_size, D]` at their layouts, and the block table `[sequences,
-/// max_pages]` on the host (public: it decides addresses; checked, then uploaded per call).
-#[derive(Clone, Copy, Debug)]
-pub struct DevicePagedKv<'a, T> {
-    /// The key pages.
-    pub k: DeviceTensor<'a, T>,
-    /// The value pages.
-    pub v: DeviceTensor<'a, T>,
-    /// Pages in the cache.
-    pub num_pages: usize,
-    /// Key rows per page: a power of two in 16..=256.
-    pub page_size: usize,
-    /// `[sequences, max_pages]` page numbers.
-    pub block_table: &'a [i32],
-    /// Columns of the block table.
-    pub max_pages: usize,
-}
+/// A paged KV cache in device memory ([`crate::PagedCache`]): the pages in device memory, the
+/// block table on the host (checked, then uploaded per call).
+pub type DevicePagedKv<'a, T> = crate::tensor::PagedCache<'a, DeviceTensor<'a, T>>;
 
 impl<'a, T> DeviceTensor<'a, T> {
     /// A device tensor with this layout.

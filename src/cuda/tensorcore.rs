@@ -24,7 +24,7 @@
 //! copies and writes the canonical NaN over exactly the affected rows. Every launch is the same
 //! whatever the values: only the policy and the shape choose them.
 
-use super::launch::{Kernel, Launch, Module};
+use super::launch::{Kernel, Launch, Module, within_grid_yz};
 use super::path::{DevTensor, GpuPath, Io, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result, TensorName};
@@ -36,8 +36,6 @@ use bytemuck::{Pod, Zeroable};
 /// The head dims the `TensorCore` kernels are built for.
 pub const TENSORCORE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 const HEAD_DIMS_TEXT: &str = "64, 128, 256";
-/// Largest batch and query-head count: the grid's z and y dimensions.
-const MAX_GRID_YZ: usize = 65535;
 /// Threads per block of the sanitize, first-bad and poison kernels; of the flag reduction.
 const POLICY_THREADS: u32 = 256;
 const ANY_THREADS: u32 = 1024;
@@ -268,16 +266,7 @@ pub(crate) fn validate(p: &Problem, dtype: DType, ops: Option<&Operands>) -> Res
             head_dim: s.head_dim,
             supported: HEAD_DIMS_TEXT,
         })?;
-    for (name, value) in [("batch", s.batch), ("q_heads", s.q_heads)] {
-        if value > MAX_GRID_YZ {
-            return Err(Error::DimensionOutOfRange {
-                name,
-                value,
-                min: 1,
-                max: MAX_GRID_YZ,
-            });
-        }
-    }
+    within_grid_yz(&[("batch", s.batch), ("q_heads", s.q_heads)])?;
     // The kernels index heads as `int` (b·Hq + h), and the policy kernels rows as 32-bit.
     let lim = i32::MAX as usize;
     if s.batch * s.q_heads > lim {

@@ -393,16 +393,14 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
         out: op(out.data.len(), out.layout),
     };
     tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
-    let (_, [b, hkv, skv, d]) = tensor::dims(p);
-    let kl = Layout::bhsd(hkv, skv, d);
-    let n = b * hkv * skv * d;
+    let kv = gathered_kv(p);
     plan(
         path,
         p,
         T::DTYPE,
         &Operands {
-            k: op(n, kl),
-            v: op(n, kl),
+            k: kv,
+            v: kv,
             ..ops
         },
     )?;
@@ -419,6 +417,16 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
     run_device(dev, path, stream, p, &gathered.qkv(q, mask), out)
 }
 
+/// K (and V) as a paged call's path sees them: the contiguous `[B, Hkv, Skv, D]` tensor the
+/// used rows are gathered into.
+fn gathered_kv(p: &Problem) -> Operand {
+    let (_, [b, hkv, skv, d]) = tensor::dims(p);
+    Operand {
+        len: b * hkv * skv * d,
+        layout: Layout::bhsd(hkv, skv, d),
+    }
+}
+
 /// The device buffers of a paged call: contiguous `[B, Hkv, Skv, D]` K and V (zeroed: the rows
 /// not gathered stay +0), and the uploaded block table and sequences (`Gather::sequences`).
 struct Gathered<T> {
@@ -432,8 +440,8 @@ struct Gathered<T> {
 impl<T: Element + DeviceRepr + ValidAsZeroBits> Gathered<T> {
     /// Allocate for `p` (after the device-memory check) and upload `block_table`.
     fn alloc(dev: &Device, p: &Problem, block_table: &[i32]) -> Result<Self> {
-        let (_, [b, hkv, skv, d]) = tensor::dims(p);
-        let n = b * hkv * skv * d;
+        let kv = gathered_kv(p);
+        let n = kv.len;
         let seqs = Gather::sequences(p);
         let needed =
             (2 * n * std::mem::size_of::<T>() + 4 * (block_table.len() + seqs.len())) as u64;
@@ -447,7 +455,7 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits> Gathered<T> {
         Ok(Gathered {
             k: zeros()?,
             v: zeros()?,
-            layout: Layout::bhsd(hkv, skv, d),
+            layout: kv.layout,
             table: up(block_table)?,
             seqs: up(&seqs)?,
         })
@@ -559,15 +567,11 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
         None => None,
     };
     let ops = match &gathered {
-        Some(g) => {
-            let (_, kd) = tensor::dims(p);
-            let op = Operand {
-                len: kd.iter().product(),
-                layout: g.layout,
-            };
+        Some(_) => {
+            let kv = gathered_kv(p);
             Operands {
-                k: op,
-                v: op,
+                k: kv,
+                v: kv,
                 ..ops
             }
         }

@@ -11,9 +11,9 @@
 //!
 //! Reading order: `path` (what a GPU path is: plan, scratch, launches), `entry` (the entry points,
 //! written once for every path), `varlen` (variable-length batches on any path), `paged` (paged
-//! caches on the device entry point), `exact` and
-//! `tensorcore` (the two paths), `backend` (the opened
-//! device and its public entry points), `launch` (the FFI edge), `cubins`, `timing`, `guards`.
+//! caches on the device entry point), `exact` and `tensorcore` (the two paths), `backend` (the
+//! opened device and its public entry points), `launch` (the FFI edge), `cubins`, `timing`,
+//! `guards`.
 
 mod backend;
 mod cubins;

@@ -239,6 +239,21 @@ __device__ __forceinline__ void load_rows(uint32_t s_base, RowPtr row_ptr, int r
     }
 }
 
+// load_rows for a tile wholly before `limit` (decided by position): no clamp and no zero fill, and
+// the row addresses as one base plus multiples of the row stride (the decode loop issues these
+// copies every tile; the general form costs about 100 instructions a tile there).
+template <int D, int ROWS, int NT, typename T>
+__device__ __forceinline__ void load_rows_full(uint32_t s_base, const T* row0_ptr, int row_stride, int tid) {
+    constexpr int CH = D / 8;
+    constexpr int RSTEP = NT / CH;
+    const int r0 = tid / CH, c = tid % CH;
+    const T* src = row0_ptr + (long long)r0 * row_stride + c * 8;
+    const long long step = (long long)RSTEP * row_stride;
+#pragma unroll
+    for (int it = 0; it < ROWS / RSTEP; ++it)
+        cp_async16(s_base + soff<D>(r0 + it * RSTEP, c), src + it * step, 16);
+}
+
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
     uint4 v;
     asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
@@ -324,8 +339,15 @@ struct Cfg {
     static constexpr int NT = NW * 32;
     static constexpr int BM = DEC ? 16 : NW * MT * 16;
     static constexpr int CH = D / 8;
-    // Q tile, K and V stages (2-byte elements), then one f32 per query row (sl2 · 2^sh, bf16 only).
-    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4;
+    // Decode with three or more stages computes each tile's scores one tile ahead (PIPE, in tc::fwd);
+    // where the warps can share the tile's n8 column pairs evenly, each computes its share once and
+    // they exchange them through shared memory (SPLIT): two tiles of 16 x BN f32 in fragment order.
+    static constexpr bool PIPE = DEC && STAGES >= 3;
+    static constexpr bool SPLIT = PIPE && (BN / 8) % (2 * NW) == 0;
+    static constexpr int SBUF = SPLIT ? 2 * 16 * BN * 4 : 0;
+    // Q tile, K and V stages (2-byte elements), one f32 per query row (sl2 · 2^sh, bf16 only), the
+    // shared scores (SPLIT).
+    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF;
     static_assert(D % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile shape");
     static_assert(!DEC || (MT == 1 && (D / 16) % NW == 0), "decode: one m16 tile, warps split D");
     static_assert((BM * CH) % NT == 0 && (BN * CH) % NT == 0, "copy loop must divide evenly");
@@ -407,6 +429,11 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
 
     auto load_kv = [&](int j) {
         const int st = j % STAGES;
+        if (DEC && (j + 1) * BN <= L) {  // by position
+            load_rows_full<D, BN, NT, T>(sK + st * BN * D * 2, k_row(j * BN), A.k_ss, tid);
+            load_rows_full<D, BN, NT, T>(sV + st * BN * D * 2, v_row(j * BN), A.v_ss, tid);
+            return;
+        }
         load_rows<D, BN, NT, T>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
         load_rows<D, BN, NT, T>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
     };
@@ -499,34 +526,20 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     // Decode, whole: the fold state of the finished chunks (M, L per row half; the O fragment).
     float sM[2], sL[2], sO[DEC ? ND : 1][4];
 
-    for (int j = j0; j < jend; ++j) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();  // tile j landed for everyone; stage (j-1) % STAGES is free again
-        if (QREG && j == j0) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int kk = 0; kk < D / 16; ++kk)
-                    ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0],
-                            sQ + mt * 16 * D * 2 + (offQ ^ (kk << 5)));
-        }
-        if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
-        cp_async_commit();
-        const int st = j % STAGES;
-        const uint32_t sKs = sK + st * BN * D * 2, sVs = sV + st * BN * D * 2;
-
-        // S = Q K^T, f32 accumulators, k-steps in increasing d order.
-        float sacc[MT][NB][4];
+    // S = Q K^T for NBC n8 tiles of the K tile at sKs, from tile 2·np0 on, into sacc[.][0 .. NBC):
+    // f32 accumulators, k-steps in increasing d order. NBC = NB but under SPLIT (defined below).
+    constexpr int NBC = C::SPLIT ? NB / NW : NB;
+    auto scores = [&](uint32_t sKs, float (&sacc)[MT][NB][4], int np0) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int nb = 0; nb < NB; ++nb)
+            for (int nb = 0; nb < NBC; ++nb)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) sacc[mt][nb][e] = 0.f;
         // K fragments are requested one step ahead of the MMAs that use them (ptxas schedules the final
         // order; writing the prefetch distance out keeps it from hoisting every load of the tile).
         {
-            constexpr int NP = NB / 2, NS = (D / 16) * NP;
+            constexpr int NP = NBC / 2, NS = (D / 16) * NP;
             // Q fragments: copied from registers (QREG), or loaded from shared memory at the start of
             // their k-step (loading them a step ahead made the D = 128 kernel spill).
             constexpr bool PREA = QREG;
@@ -544,7 +557,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             };
             auto load_b = [&](int t, uint32_t (&dst)[4]) {
                 const int kk = t / NP, np = t % NP;
-                ldsm_x4(dst, sKs + np * 16 * D * 2 + (offK ^ (kk << 5)));
+                ldsm_x4(dst, sKs + (np0 + np) * 16 * D * 2 + (offK ^ (kk << 5)));
             };
             if constexpr (PREA) load_a(0, a[0]);
             load_b(0, bk[0]);
@@ -560,6 +573,77 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                     Ty<T>::mma(sacc[mt][2 * np + 1], a[kk & 1][mt], bk[t & 1][2], bk[t & 1][3]);
                 }
             }
+        }
+    };
+
+    // Decode with three or more stages: each tile's scores are computed one tile ahead, so that the
+    // next tile's Q·K^T MMAs (independent of the running max) can fill this warp's waits on the
+    // current tile's softmax and P·V chain; a decode block has one warp per scheduler and nothing
+    // else to hide those waits (docs/perf.md, the decode profile). Same operations on the same
+    // values, only issued earlier: no bit changes. Iteration j then needs K of tile j + 1 as well.
+    // SPLIT (D 64 and 128): each warp computes NB / NW of the tile's n8 tiles of S, once, and the
+    // warps exchange them through shared memory (buffer j & 1 holds tile j; the barrier at the top
+    // of each iteration orders the writes before the reads and the reads before the next writes).
+    // The exchange costs no barrier of its own: it rides on the loop's. Computed once, the scores
+    // cost each warp a quarter of the MMAs and K fragment loads of computing them all.
+    constexpr bool PIPE = C::PIPE, SPLIT = C::SPLIT;
+    constexpr int NBW = NBC;  // n8 tiles of S this warp computes (PIPE)
+    const uint32_t sS = sRow + BM * 4;         // SPLIT: [2][NB][32 lanes] x 4 f32
+    float snext[MT][NB][4];  // PIPE: the first NBW n8 tiles
+    auto next_scores = [&](int jn) {  // PIPE: this warp's share of tile jn's scores
+        if constexpr (PIPE) scores(sK + (jn % STAGES) * BN * D * 2, snext, SPLIT ? warp * (NBW / 2) : 0);
+        if constexpr (SPLIT) {
+#pragma unroll
+            for (int i = 0; i < NBW; ++i)
+                sts128(sS + (((jn & 1) * NB + warp * NBW + i) * 32 + lane) * 16,
+                       make_uint4(__float_as_uint(snext[0][i][0]), __float_as_uint(snext[0][i][1]),
+                                  __float_as_uint(snext[0][i][2]), __float_as_uint(snext[0][i][3])));
+        }
+    };
+    if constexpr (PIPE) {
+        if (j0 < jend) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();  // tile j0 landed for everyone (and, bf16, the scaled Q is visible)
+            next_scores(j0);
+        }
+    }
+    for (int j = j0; j < jend; ++j) {
+        cp_async_wait<PIPE ? STAGES - 3 : STAGES - 2>();
+        __syncthreads();  // tile j (PIPE: j + 1) landed for everyone; stage (j-1) % STAGES is free again
+        if (QREG && j == j0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk)
+                    ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0],
+                            sQ + mt * 16 * D * 2 + (offQ ^ (kk << 5)));
+        }
+        if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
+        cp_async_commit();
+        const int st = j % STAGES;
+        const uint32_t sKs = sK + st * BN * D * 2, sVs = sV + st * BN * D * 2;
+
+        float sacc[MT][NB][4];
+        if constexpr (PIPE) {
+            if constexpr (SPLIT) {
+#pragma unroll
+                for (int nb = 0; nb < NB; ++nb) {
+                    const uint4 w = lds128(sS + (((j & 1) * NB + nb) * 32 + lane) * 16);
+                    sacc[0][nb][0] = __uint_as_float(w.x);
+                    sacc[0][nb][1] = __uint_as_float(w.y);
+                    sacc[0][nb][2] = __uint_as_float(w.z);
+                    sacc[0][nb][3] = __uint_as_float(w.w);
+                }
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) sacc[mt][nb][e] = snext[mt][nb][e];
+            }
+        } else {
+            scores(sKs, sacc, 0);
         }
 
         // Mask by position only: tiles that cross L or the causal diagonal of this tile's first row, and
@@ -630,12 +714,29 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 }
         }
 
+        // PIPE: the next tile's scores, here so that they share a basic block with this tile's
+        // softmax (ptxas schedules within one; behind a branch they ran after it, not beside it).
+        // Unconditional: on the last tile it recomputes that tile's scores (K of tile jend - 1 is in
+        // shared memory; stage j + 1 may never have been written) into the other buffer, unread.
+        if constexpr (PIPE) next_scores(min(j + 1, jend - 1));
+
         // Online softmax. Every row: the same max over its values (own columns in increasing order, then
         // quad butterfly xor 1, xor 2), the same rescale (always applied), the same partial sums.
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
+                // Decode with at most 8 rows (G·Sq <= 8: one token of up to 8 query heads per kv head,
+                // the common case): the fragment's second half holds padding rows 8..15, which are
+                // never written. Their softmax is skipped (by position) and P·V gets zeros for them.
+                if (DEC && hf == 1 && nrows <= 8) {
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb) {
+                        sacc[mt][nb][2] = 0.f;
+                        sacc[mt][nb][3] = 0.f;
+                    }
+                    continue;
+                }
                 const float m_old = mrow[mt][hf];
                 float mx = m_old;
 #pragma unroll
@@ -928,15 +1029,20 @@ using tc::uint32_t;
 TC_FAMILY(tc_fwd, tc_cfg_d64,     64,  TC_MT_BIG, 4, TC_BN_D64,  3, true,  1)
 TC_FAMILY(tc_fwd, tc_cfg_d128,    128, TC_MT_BIG, 4, TC_BN_D128, 2, false, 1)
 TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
-// sm_86, sm_89 and sm_120 allow 99 KiB of shared memory per block: 2 stages there for the larger
-// tiles (the stage count does not change the bits).
+// Decode stages (the stage count does not change the bits). Four for the larger tiles where shared
+// memory allows: the pipelined decode loop (tc::fwd, PIPE) needs tile j + 1 resident while it works
+// on tile j, so four keep two tiles in flight (H100: 2-12 % faster than three on small calls, the
+// same on decode B32; docs/perf.md). sm_86, sm_89 and sm_120 allow 99 KiB per block: two stages
+// there for the larger tiles (no pipeline) and five for D 64 (room for the shared scores).
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200)
 #define TC_DEC_ST_BIG 2
+#define TC_DEC_ST_D64 5
 #else
-#define TC_DEC_ST_BIG 3
+#define TC_DEC_ST_BIG 4
+#define TC_DEC_ST_D64 6
 #endif
 //        prefix  config          D    NW BN          ST             MINB
-TC_DECODE(tc_dec, tc_cfg_dec_d64, 64,  4, TC_BN_D64,  6,             2)
+TC_DECODE(tc_dec, tc_cfg_dec_d64, 64,  4, TC_BN_D64,  TC_DEC_ST_D64, 2)
 TC_DECODE(tc_dec, tc_cfg_dec_d128, 128, 4, TC_BN_D128, TC_DEC_ST_BIG, 2)
 TC_DECODE(tc_dec, tc_cfg_dec_d256, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
 

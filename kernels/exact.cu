@@ -49,7 +49,8 @@ struct Params {
     unsigned* badv;         // [B*Hkv*SkvPad]
     unsigned* flags;        // [3] reject flags (q, k, v)
     float* acc;             // generic path scratch [B*Hq*Sq, DP]
-    long long q_bs, q_hs, q_ss, k_bs, k_hs, k_ss, v_bs, v_hs, v_ss, o_bs, o_hs, o_ss;
+    float* lse;             // §10 one f32 per query row at b*lse_bs + h*lse_hs + i, or null (none asked)
+    long long q_bs, q_hs, q_ss, k_bs, k_hs, k_ss, v_bs, v_hs, v_ss, o_bs, o_hs, o_ss, lse_bs, lse_hs;
     int B, Hq, Hkv, Sq, Skv, D;
     int DP;                 // prepared row stride (>= D, multiple of 4)
     int skv_pad;            // Skv rounded up to a multiple of 64
@@ -61,7 +62,7 @@ struct Params {
     int group;              // Hq / Hkv
     int bh0;                // first (b*Hq + h) of this launch (the host splits huge grids)
     int top_left;           // causal alignment: 1 = top-left (j <= i), 0 = bottom-right (numerics.md §1)
-    int pad_;               // (304 bytes)
+    int pad_;               // (328 bytes)
 };
 
 // ------------------------------------------------------------------------------ element types
@@ -725,6 +726,8 @@ __device__ void exact_fast(const Params& P) {
         const bool poisoned = (P.propagate != 0) & ((bad | badqS[ty + RS * k]) != 0u);
         const float ls = l_safe(Ls[ty + RS * k]);
         const float rl = recip(ls);
+        if (P.lse != nullptr && tx == 0)  // a launch fact
+            P.lse[b * P.lse_bs + h * P.lse_hs + irow] = row_lse(m[k], Ls[ty + RS * k], poisoned);
 #pragma unroll
         for (int c = 0; c < NC; ++c)
 #pragma unroll
@@ -852,6 +855,10 @@ __device__ void exact_generic(const Params& P) {
         for (int jj = 0; jj < TILE; ++jj) l = __fadd_rn(l, Ps[jj]);
         __syncthreads();
     }
+    // §10 wants the row's final m at the end; through shared memory rather than a register kept
+    // live (that spilled under this kernel's 64-register cap). Every thread holds the same m.
+    __shared__ float mfin;
+    if (tid == 0) mfin = m;
     for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
     if ((tid & 31) == 0) redb[tid / 32] = bad;
     __syncthreads();
@@ -861,11 +868,14 @@ __device__ void exact_generic(const Params& P) {
     const float rl = recip(ls);
     typename E::T* orow = (typename E::T*)P.out + (b * P.o_bs + h * P.o_hs + i * P.o_ss);
     for (int d = tid; d < P.D; d += GT) store_out<E>(orow, d, finalize_r(arow[d], ls, rl, E::maxt()), poisoned);
+    if (P.lse != nullptr && tid == 0)  // a launch fact
+        P.lse[b * P.lse_bs + h * P.lse_hs + i] = row_lse(mfin, l, poisoned);
 }
 
-// GEN_MINB: a cap of 64 registers. Without one, sm_120's ptxas aimed at full occupancy with 40
-// registers and spilled 16 bytes; with minBlocks 1 alone it took 254. 64 spills nowhere.
-constexpr int GEN_MINB = 16;
+// GEN_MINB: a cap of 85 registers (80 used). Without one, sm_120's ptxas aimed at full occupancy
+// with 40 registers and spilled 16 bytes; with minBlocks 1 alone it took 254. A cap of 64 (16
+// blocks) spilled nowhere until the §10 log-sum-exp write, which then spilled 8 bytes on sm_80..90.
+constexpr int GEN_MINB = 12;
 extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic_f32(const Params P) { exact_generic<ElemF32>(P); }
 extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic_f16(const Params P) { exact_generic<ElemF16>(P); }
 extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic_bf16(const Params P) { exact_generic<ElemBf16>(P); }
@@ -897,7 +907,7 @@ constexpr int DEC_KT = 256;        // keys per dec_values stage (4 tiles)
 constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)
 constexpr unsigned DEC_INVALID = 0x7FC00000u;
 
-// The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 272 bytes). The
+// The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 296 bytes). The
 // first six pointers sit where Params has them, so kv_lens is bytes [40, 48) in both.
 struct DecParams {
     const void* q;
@@ -913,7 +923,8 @@ struct DecParams {
     float* l;
     unsigned* bv;
     float* al;
-    long long q_bs, q_hs, q_ss, k_bs, k_hs, k_ss, v_bs, v_hs, v_ss, o_bs, o_hs, o_ss;
+    float* lse;             // as in Params
+    long long q_bs, q_hs, q_ss, k_bs, k_hs, k_ss, v_bs, v_hs, v_ss, o_bs, o_hs, o_ss, lse_bs, lse_hs;
     int B, Hq, Hkv, Sq, Skv, D;
     int group, R, xpad, nslice;
     int causal, top_left, has_mask, mask_per_batch, mask_per_head, propagate;
@@ -1510,6 +1521,25 @@ __device__ void dec_finish(const DecParams& P) {
     T* orow = (T*)P.out + (H.b * P.o_bs + h * P.o_hs + i * P.o_ss);
     for (int d = tid; d < P.D; d += DEC_FT)
         store_out<E>(orow, d, finalize_r(P.acc[row * P.D + d], ls, rl, E::maxt()), poisoned);
+    // (After the output: placed before it, sm_120's ptxas moved the row's reciprocal to the
+    // uniform datapath, whose float opcodes the Exact path does not allow.)
+    if (P.lse != nullptr) {  // a launch fact
+        // §10 needs the row's final maximum: that of its tile maxima (exact, order-free; tiles
+        // with no valid key hold −FLT_MAX), as dec_weights' chain ends with it.
+        __shared__ float redm[DEC_FT / 32];
+        float m = -DA_FLT_MAX;
+        const int nt = (H.kl + TILE - 1) / TILE;  // tiles dec_scores wrote (position)
+        for (int t = tid; t < nt; t += DEC_FT) m = fmaxf(m, P.tm[row * ntile + t]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+        if ((tid & 31) == 0) redm[tid >> 5] = m;
+        __syncthreads();
+        if (tid == 0) {
+            m = -DA_FLT_MAX;
+#pragma unroll
+            for (int w = 0; w < DEC_FT / 32; ++w) m = fmaxf(m, redm[w]);
+            P.lse[H.b * P.lse_bs + h * P.lse_hs + i] = row_lse(__fadd_rn(m, 0.0f), P.l[row], poisoned);
+        }
+    }
 }
 
 // Two dec_values blocks per SM (a cap of 128 registers), so that one block's loads overlap the

@@ -26,6 +26,19 @@ namespace detattn {
 #define DA_R1 __int_as_float(0xBFF0F0F1)
 #define DA_R0 __int_as_float(0x4034B4B5)
 
+// §10 The log-sum-exp's log: reduction point and log1p coefficients G0..G8.
+#define DA_LOG_SPLIT 0x3F2AAAABu
+#define DA_G0 __int_as_float(0xBF000000)
+#define DA_G1 __int_as_float(0x3EAAAA81)
+#define DA_G2 __int_as_float(0xBE7FFF42)
+#define DA_G3 __int_as_float(0x3E4CE8F9)
+#define DA_G4 __int_as_float(0xBE2AD3A8)
+#define DA_G5 __int_as_float(0x3E0F5F33)
+#define DA_G6 __int_as_float(0xBDF92F17)
+#define DA_G7 __int_as_float(0x3E0F68A7)
+#define DA_G8 __int_as_float(0xBE049899)
+#define DA_LOG2_W_INV 26
+
 /// Keys per tile (§4).
 constexpr int TILE = 64;
 
@@ -116,6 +129,35 @@ __device__ __forceinline__ float div(float a, float l) { return div_r(a, l, reci
 
 /// §5 `lsafe`: the divisor, 1 when no key was valid.
 __device__ __forceinline__ float l_safe(float l) { return sel(l > 0.0f, l, 1.0f); }
+
+/// §10 ln(l) − ln(W) for a normal, positive l: integer and fma steps only.
+__device__ __forceinline__ float log_unweighted(float l) {
+    const unsigned b = __float_as_uint(l);
+    const unsigned e = (b - DA_LOG_SPLIT) & 0xFF800000u;
+    const float f = __fsub_rn(__uint_as_float(b - e), 1.0f);
+    const int k = (int)e >> 23;
+    float p = DA_G8;
+    p = __fmaf_rn(p, f, DA_G7);
+    p = __fmaf_rn(p, f, DA_G6);
+    p = __fmaf_rn(p, f, DA_G5);
+    p = __fmaf_rn(p, f, DA_G4);
+    p = __fmaf_rn(p, f, DA_G3);
+    p = __fmaf_rn(p, f, DA_G2);
+    p = __fmaf_rn(p, f, DA_G1);
+    p = __fmaf_rn(p, f, DA_G0);
+    const float r = __fmaf_rn(p, __fmul_rn(f, f), f);
+    const float kf = __int2float_rn(k + DA_LOG2_W_INV);
+    const float y = __fmaf_rn(kf, DA_LN2_LO, r);
+    return __fmaf_rn(kf, DA_LN2_HI, y);
+}
+
+/// §10 A row's log-sum-exp from its final §4 state (m, l): −inf when no key was valid (l = 0);
+/// the canonical NaN for a poisoned row (§7).
+__device__ __forceinline__ float row_lse(float m, float l, bool poisoned) {
+    const float y = log_unweighted(l_safe(l));
+    const float v = sel(l > 0.0f, __fadd_rn(m, y), __uint_as_float(0xFF800000u));
+    return sel(poisoned, __uint_as_float(0x7FC00000u), v);
+}
 
 /// §5 One output element before rounding: divide, canonicalise zero, saturate to `maxt`.
 __device__ __forceinline__ float finalize(float acc, float lsafe, float maxt) {

@@ -218,8 +218,9 @@ impl Engine {
     /// row of the table ([`Error::CacheCapacity`]) and the entries it uses
     /// ([`Error::BlockTableEntry`]); the mask; the output; `lse`'s length. On error nothing is
     /// written. A GPU engine runs paged caches (gathered into the tensors they stand for on the
-    /// host, then uploaded) and variable-length problems; the log-sum-exp only the CPU backend
-    /// writes: a GPU engine returns [`Error::FeatureUnavailable`] for it (never ignores it).
+    /// host, then uploaded) and variable-length problems; the log-sum-exp on the `Exact` path (the
+    /// CPU's bits), while the `TensorCore` path returns [`Error::FeatureUnavailable`] for it
+    /// (never ignores it).
     pub fn run_cache<T: Element>(
         &self,
         problem: &Problem,
@@ -249,14 +250,6 @@ impl Engine {
             Inner::Cpu(c) => c.run(problem, inputs, out, lse),
             #[cfg(feature = "cuda")]
             Inner::Cuda(c) => {
-                if lse.is_some() {
-                    return Err(Error::FeatureUnavailable {
-                        feature: "the log-sum-exp output",
-                        backend: format!("{} ({} path)", c.describe(), self.path),
-                        reason: "the GPU kernels do not write it yet; the CPU backend does, with \
-                                 the Exact path's bits",
-                    });
-                }
                 // A paged cache reaches the GPU's host entry as the tensors it stands for (the
                 // rows it reads, gathered on the host before the upload): a layout, so the same
                 // bits; the device entry points take tensors only.
@@ -275,7 +268,7 @@ impl Engine {
                     v,
                     mask: inputs.mask,
                 };
-                c.run_host(self.path, problem, &x, out)
+                c.run_host(self.path, problem, &x, out, lse)
             }
         }
     }
@@ -301,7 +294,7 @@ impl Engine {
         match &self.inner {
             Inner::Cpu(c) => c.run(p, &(*x).into(), out, None),
             #[cfg(feature = "cuda")]
-            Inner::Cuda(c) => c.run_host(self.path, p, x, out),
+            Inner::Cuda(c) => c.run_host(self.path, p, x, out, None),
         }
     }
 

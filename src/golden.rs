@@ -83,9 +83,9 @@ impl GoldenCase {
         }
     }
 
-    /// Whether the case asks for the log-sum-exp, which only the CPU backend writes for now (a
-    /// GPU engine returns `Error::FeatureUnavailable`).
-    pub fn cpu_only(&self) -> bool {
+    /// Whether the case's digest is of the log-sum-exp, which the `TensorCore` path does not
+    /// write yet (`Error::FeatureUnavailable`; `Exact` writes it on every backend).
+    pub fn asks_lse(&self) -> bool {
         self.lse
     }
 

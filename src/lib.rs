@@ -29,8 +29,8 @@
 //!   block table of `i32` pages) gives the bits of contiguous K and V; in a variable-length batch
 //!   ([`ProblemBuilder::varlen`]) each sequence gets the bits of that sequence computed alone;
 //!   both on either backend and path (on the GPU also through the device entry points). The
-//!   optional log-sum-exp per query row has the bits of `docs/numerics.md` §10, on the CPU
-//!   backend only: a GPU engine returns [`Error::FeatureUnavailable`] for it.
+//!   optional log-sum-exp per query row has the bits of `docs/numerics.md` §10 on the `Exact`
+//!   path (CPU = GPU); the `TensorCore` path returns [`Error::FeatureUnavailable`] for it.
 //! - **What runs is what was audited**: the GPU kernels are embedded cubins checked against their
 //!   recorded SHA-256 before loading; no environment variable, file or argument of a default build
 //!   changes which machine code runs (the test-only override needs the `test-override` feature).

@@ -369,19 +369,8 @@ fn golden_digests_reproduced_on_gpu() {
     eprintln!("cubin: {}", cuda(&gpu).cubin_sources().join(", "));
     let want = golden::expected(Path::Exact, "any").expect("golden/exact.txt");
     let mut bad = Vec::new();
-    let (gpu_cases, cpu_only): (Vec<_>, Vec<_>) =
-        golden::cases().into_iter().partition(|c| !c.cpu_only());
-    // LSE cases: the GPU kernels do not write it yet, and say so.
-    for case in &cpu_only {
-        match case.digest_on(&gpu) {
-            Err(Error::FeatureUnavailable { .. }) => {}
-            other => bad.push(format!(
-                "{}: expected FeatureUnavailable, got {other:?}",
-                case.name
-            )),
-        }
-    }
-    for case in gpu_cases {
+    let cases = golden::cases();
+    for case in &cases {
         let got = case.digest_on(&gpu).expect(case.name).to_string();
         let exp = want.digest(case.name).expect("pinned");
         if got != exp {
@@ -389,10 +378,8 @@ fn golden_digests_reproduced_on_gpu() {
         }
     }
     eprintln!(
-        "{} golden cases checked on the GPU, paged and varlen ones included ({} LSE cases \
-         refused as unavailable)",
-        golden::cases().len() - cpu_only.len(),
-        cpu_only.len()
+        "{} golden cases checked on the GPU: all, paged, varlen and log-sum-exp ones included",
+        cases.len()
     );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

@@ -11,7 +11,8 @@
 //!   typed error there too;
 //! - `Reject` reads what the CPU reads: every packed row of a varlen batch (also the keys of a
 //!   sequence with no query rows), only the rows a paged cache's sequences use;
-//! - the log-sum-exp is refused with `Error::FeatureUnavailable`, never ignored.
+//! - the log-sum-exp: on `Exact` the CPU's bits through every kernel family; the `TensorCore`
+//!   path refuses it with `Error::FeatureUnavailable`, never ignoring it.
 //!
 //! Without a usable GPU every test prints `SKIPPED` and why.
 #![cfg(feature = "cuda")]
@@ -392,12 +393,14 @@ fn reject_reads_what_the_cpu_reads() {
     }
 }
 
+/// The log-sum-exp on the GPU: on `Exact` the CPU's bits (numerics.md §10) through every kernel
+/// family — decode (`G·Sq ≤ 16`), the fast kernels (D ≤ 256), the generic one (D > 256) — with
+/// rows that see no key (−inf), poisoned rows under `Propagate` (NaN), masks, key lengths, both
+/// causal alignments, and varlen batches (`[Hq, total]`); the `TensorCore` path refuses it with
+/// `Error::FeatureUnavailable`, never ignoring it.
 #[test]
-fn the_log_sum_exp_is_refused_on_the_gpu() {
-    for path in Path::ALL {
-        let Some(e) = gpu("the_log_sum_exp_is_refused_on_the_gpu", path) else {
-            continue;
-        };
+fn log_sum_exp_on_the_gpu() {
+    if let Some(e) = gpu("log_sum_exp_on_the_gpu", Path::TensorCore) {
         let p = varlen_problem((2, 1), &[3, 1], &[4, 9], 64, None, NonFinitePolicy::Reject);
         let x = generate::<f16>(&p, GenOptions::seed(9));
         let err = run_cache_on(&e, &p, &x.q, contiguous(&p, &x.k, &x.v), None, true).unwrap_err();
@@ -407,6 +410,73 @@ fn the_log_sum_exp_is_refused_on_the_gpu() {
         assert_eq!(*feature, "the log-sum-exp output");
         assert!(err.is_caller_error());
     }
+    let Some(e) = gpu("log_sum_exp_on_the_gpu", Path::Exact) else {
+        return;
+    };
+    let cpu = Engine::cpu();
+    let mut rng = SplitMix64::new(0x15E);
+    let (mut rows, mut neg_inf, mut nan) = (0usize, 0usize, 0usize);
+    // Fixed problems first, one per kernel family (G = 2: decode at Sq = 1, the fast kernel at
+    // D = 64 and the generic one at D = 300 with G·Sq = 18 > 16): batch element 0 sees no key
+    // (−inf rows), a NaN in one of batch element 1's keys poisons the rows that see it (NaN rows).
+    let fixed: Vec<Problem> = [(1, 64), (9, 64), (9, 300), (1, 300)]
+        .into_iter()
+        .map(|(sq, d)| {
+            Problem::builder(detattn::Shape::new(2, 4, 2, sq, 50, d))
+                .kv_lens(vec![0, 50])
+                .nonfinite(NonFinitePolicy::Propagate)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    for i in 0..64u64 {
+        let p = if let Some(p) = fixed.get(i as usize) {
+            p.clone()
+        } else if i % 4 == 3 {
+            random_varlen(&mut rng, Path::Exact)
+        } else {
+            let mut r = |n: usize| (rng.next_u64() % n as u64) as usize;
+            let d = [3, 64, 80, 128, 256, 300][r(6)];
+            let (b, hkv, g) = (1 + r(2), 1 + r(2), [1, 2, 4][r(3)]);
+            let sq = [1, 1, 2, 5, 40][r(5)];
+            let skv = 1 + r(300);
+            layout_common::random_options(
+                &mut rng,
+                detattn::Shape::new(b, hkv * g, hkv, sq, skv, d),
+            )
+        };
+        let mut x = generate::<f32>(&p, GenOptions::seed(i));
+        if p.nonfinite() == NonFinitePolicy::Propagate {
+            // Batch element 1's key 7 for the fixed problems (element 3 of it), else anywhere.
+            let at = match fixed.get(i as usize) {
+                Some(f) => {
+                    let s = f.shape();
+                    ((s.kv_heads + 1) * s.kv_len + 7) * s.head_dim + 3
+                }
+                None => (rng.next_u64() % x.k.len() as u64) as usize,
+            };
+            x.k[at] = f32::NAN;
+        }
+        let mask = x.mask.as_deref();
+        let want = run_cache_on(&cpu, &p, &x.q, contiguous(&p, &x.k, &x.v), mask, true).unwrap();
+        let got = run_cache_on(&e, &p, &x.q, contiguous(&p, &x.k, &x.v), mask, true)
+            .unwrap_or_else(|err| panic!("{p:?}: {err}"));
+        assert_eq!(bits(&got.0), bits(&want.0), "output {p:?}");
+        let lb = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(lb(&got.1), lb(&want.1), "lse {p:?}");
+        rows += got.1.len();
+        neg_inf += got.1.iter().filter(|v| **v == f32::NEG_INFINITY).count();
+        nan += got.1.iter().filter(|v| v.is_nan()).count();
+    }
+    assert!(
+        neg_inf > 0 && nan > 0,
+        "-inf rows {neg_inf}, NaN rows {nan}: extend the cases"
+    );
+    loud(&format!(
+        "log_sum_exp_on_the_gpu: 64 problems on {}, {rows} rows, the CPU's bits ({neg_inf} −inf, \
+         {nan} NaN); the TensorCore path refuses it",
+        e.describe()
+    ));
 }
 
 /// The benchmark protocol takes varlen batches and paged caches (the gather timed with each

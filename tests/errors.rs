@@ -869,7 +869,7 @@ const COVERAGE: &[(&str, &str)] = &[
     ),
     (
         "FeatureUnavailable",
-        "tests/cuda_kvcache.rs: the_log_sum_exp_is_refused_on_the_gpu (GPU)",
+        "tests/cuda_kvcache.rs: log_sum_exp_on_the_gpu (GPU)",
     ),
 ];
 

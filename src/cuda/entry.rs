@@ -168,6 +168,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     p: &Problem,
     x: &Qkv<'_, T>,
     out: TensorMut<'_, T>,
+    lse: Option<&mut [f32]>,
 ) -> Result<()> {
     let s = *p.shape();
     let (qd, _) = tensor::dims(p);
@@ -199,6 +200,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
         + s.q_elems() as u64 * elem
         + x.mask.map_or(0, |m| m.len() as u64)
         + 4 * key_lengths(p).len() as u64
+        + lse.as_ref().map_or(0, |l| 4 * l.len() as u64)
         + sizes.iter().sum::<usize>() as u64;
     dev.reserve(needed)?;
     if p.nonfinite() == NonFinitePolicy::Reject {
@@ -223,6 +225,15 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
         .map_err(dev.alloc_err(needed))?;
     let lens = dev.kv_lens(p)?;
     let mut sc = dev.scratch(&sizes)?;
+    // The log-sum-exp, when asked: `[B, Hq, Sq]` row-major (for a varlen batch `[Hq, total]`, the
+    // same with B = 1), as the caller's slice.
+    let mut dlse = match &lse {
+        Some(l) => Some(
+            st.alloc_zeros::<f32>(l.len().max(1))
+                .map_err(dev.alloc_err(needed))?,
+        ),
+        None => None,
+    };
     {
         let mut g = Guards::default();
         let addrs: Vec<u64> = dbufs.iter().map(|b| g.r(b, st)).collect();
@@ -234,6 +245,15 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
             out: DevTensor::new(g.w(&mut dout, st), staged, e),
             mask: dmask.as_ref().map_or(0, |m| g.r(m, st)),
             kv_lens: g.r(&lens, st),
+            lse: match dlse.as_mut() {
+                Some(l) => DevTensor {
+                    addr: g.w(l, st),
+                    bs: (s.q_heads * s.q_len) as i64,
+                    hs: s.q_len as i64,
+                    ss: 1,
+                },
+                None => DevTensor::default(),
+            },
         };
         let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
         let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
@@ -247,8 +267,16 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     let mut staged_out = vec![T::default(); s.q_elems()];
     st.memcpy_dtoh(&dout, bytemuck::cast_slice_mut::<T, u8>(&mut staged_out))
         .map_err(drv("cuMemcpyDtoH"))?;
+    let mut staged_lse = vec![0.0f32; lse.as_ref().map_or(0, |l| l.len())];
+    if let Some(d) = &dlse {
+        st.memcpy_dtoh(d, &mut staged_lse[..])
+            .map_err(drv("cuMemcpyDtoH"))?;
+    }
     st.synchronize().map_err(drv("kernel execution"))?;
     place(&staged_out, qd, out);
+    if let Some(l) = lse {
+        l.copy_from_slice(&staged_lse);
+    }
     Ok(())
 }
 
@@ -326,6 +354,7 @@ fn device_io<'a, T>(
         out: DevTensor::new(g.w(out.data, st), out.layout, e),
         mask: x.mask.map_or(0, |m| g.r(m, st)),
         kv_lens: g.r(lens, st),
+        lse: DevTensor::default(),
     }
 }
 
@@ -685,6 +714,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
             out: DevTensor::new(out.ptr, out.layout, e),
             mask: x.mask.map_or(0, |m| m.0),
             kv_lens: g.r(&lens, &dev.stream),
+            lse: DevTensor::default(),
         }
     };
     let scratch: Vec<u64> = {

@@ -52,11 +52,11 @@ struct IoArgs {
     kv_lens: u64,
 }
 
-/// The element strides of q, k, v and out (batch, head, row), in that order, as both parameter
-/// structs hold them.
+/// The element strides of q, k, v and out (batch, head, row), in that order, then the
+/// log-sum-exp's (batch, head; its rows are consecutive), as both parameter structs hold them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Strides([i64; 12]);
+struct Strides([i64; 14]);
 
 impl IoArgs {
     fn of(io: &Io) -> IoArgs {
@@ -74,15 +74,19 @@ impl IoArgs {
 impl Strides {
     fn of(io: &Io) -> Strides {
         let t = [io.q, io.k, io.v, io.out];
-        Strides(std::array::from_fn(|i| {
-            let x = t[i / 3];
-            [x.bs, x.hs, x.ss][i % 3]
+        Strides(std::array::from_fn(|i| match i {
+            12 => io.lse.bs,
+            13 => io.lse.hs,
+            _ => {
+                let x = t[i / 3];
+                [x.bs, x.hs, x.ss][i % 3]
+            }
         }))
     }
 }
 
 /// The kernel ABI, field for field the `Params` struct of kernels/exact.cu (pointers as device
-/// addresses, then the 64-bit strides, then 32-bit scalars; 304 bytes). Change both together, and
+/// addresses, then the 64-bit strides, then 32-bit scalars; 328 bytes). Change both together, and
 /// the byte ranges of the `detattn_*` entries of audit/rules.toml.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -98,6 +102,7 @@ struct Params {
     badv: u64,
     flags: u64,
     acc: u64,
+    lse: u64,
     strides: Strides,
     b: i32,
     hq: i32,
@@ -121,11 +126,11 @@ struct Params {
     pad: i32,
 }
 
-const _: () = assert!(std::mem::size_of::<Params>() == 304);
-// The byte ranges audit/rules.toml names: kv_lens 40..48, scalars (strides first) from 128.
-const _: () = assert!(std::mem::offset_of!(Params, strides) == 128);
+const _: () = assert!(std::mem::size_of::<Params>() == 328);
+// The byte ranges audit/rules.toml names: kv_lens 40..48, scalars (strides first) from 136.
+const _: () = assert!(std::mem::offset_of!(Params, strides) == 136);
 
-/// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (272 bytes; the
+/// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (296 bytes; the
 /// first six pointers where [`Params`] has them, so `kv_lens` is bytes 40..48 in both). Change
 /// both together, and the `detattn_dec_*` entries of audit/rules.toml.
 #[repr(C)]
@@ -139,6 +144,7 @@ struct DecParams {
     l: u64,
     bv: u64,
     al: u64,
+    lse: u64,
     strides: Strides,
     b: i32,
     hq: i32,
@@ -160,8 +166,8 @@ struct DecParams {
     scale: f32,
 }
 
-const _: () = assert!(std::mem::size_of::<DecParams>() == 272);
-const _: () = assert!(std::mem::offset_of!(DecParams, strides) == 104);
+const _: () = assert!(std::mem::size_of::<DecParams>() == 296);
+const _: () = assert!(std::mem::offset_of!(DecParams, strides) == 112);
 
 /// The decode kernels' shape, as the cubin declares it (`detattn_dec_cfg`).
 #[derive(Clone, Copy, Debug)]
@@ -531,6 +537,7 @@ impl Exact {
             badv: sc.badv,
             flags: sc.flags,
             acc: sc.acc,
+            lse: io.lse.addr,
             strides: Strides::of(io),
             b: s.batch as i32,
             hq: s.q_heads as i32,
@@ -568,6 +575,7 @@ impl Exact {
             l,
             bv,
             al,
+            lse: io.lse.addr,
             strides: Strides::of(io),
             b: s.batch as i32,
             hq: s.q_heads as i32,

@@ -42,7 +42,8 @@ impl DevTensor {
 
 /// The device addresses of one call: the caller's tensors and the key lengths (`B` ints, always
 /// present: the entry points upload them, `kv_len` where the problem gives none). `mask` is 0
-/// without a mask.
+/// without a mask. `lse`: where each query row's log-sum-exp goes (f32, row `(b, h, i)` at
+/// element `b·bs + h·hs + i·ss`), address 0 when the call does not ask for it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Io {
     pub q: DevTensor,
@@ -51,6 +52,7 @@ pub(crate) struct Io {
     pub out: DevTensor,
     pub mask: u64,
     pub kv_lens: u64,
+    pub lse: DevTensor,
 }
 
 /// One step of a call. Every path runs the same steps, so the entry points are written once:

@@ -25,6 +25,7 @@
 //! whatever the values: only the policy and the shape choose them.
 
 use super::launch::{Kernel, Launch, Module, within_grid_yz};
+use super::lse_unavailable;
 use super::path::{DevTensor, GpuPath, Io, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result, TensorName};
@@ -444,6 +445,10 @@ impl GpuPath for TensorCore {
         scratch: &[u64],
         step: Step,
     ) -> Result<Vec<Launch>> {
+        if io.lse.addr != 0 {
+            // The entry points refuse it first (Engine::run_cache); never a silent omission.
+            return Err(lse_unavailable("tensorcore"));
+        }
         let sc = match *scratch {
             [words, flags, first, cq, ck, cv, part] => Scratch {
                 words,

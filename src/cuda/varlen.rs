@@ -194,6 +194,11 @@ impl<P: GpuPath> GpuPath for Sequences<'_, P> {
                 out: dev_from(io.out, part.q_row, pk.elem),
                 mask: 0,
                 kv_lens: io.kv_lens + 4 * (1 + part.index as u64),
+                // The log-sum-exp's rows follow the query rows ([Hq, total]); none asked, none.
+                lse: match io.lse.addr {
+                    0 => io.lse,
+                    _ => dev_from(io.lse, part.q_row, 4),
+                },
             };
             let sub_scratch: Vec<u64> = scratch
                 .iter()

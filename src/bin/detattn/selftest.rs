@@ -280,13 +280,6 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
             t.engine.describe()
         ));
     }
-    let cpu_only = cases.iter().filter(|c| c.cpu_only()).count();
-    if plan.targets.iter().any(|t| t.engine.is_gpu()) {
-        say(format!(
-            "  note: {cpu_only} problems (the log-sum-exp output) are checked on the CPU only: \
-             the GPU kernels do not write it yet"
-        ));
-    }
     for note in &plan.notes {
         say(format!("  note: {note}"));
     }
@@ -303,12 +296,9 @@ pub(crate) fn main(args: SelftestArgs) -> Result<ExitCode, Failure> {
         .unwrap_or(0);
     let mut reports = vec![];
     for t in &plan.targets {
-        // The log-sum-exp runs on the CPU only for now (a GPU engine returns
-        // Error::FeatureUnavailable): those cases are the CPU's.
         let mine: Vec<&GoldenCase> = cases
             .iter()
             .filter(|c| c.runs_on(t.engine.path()))
-            .filter(|c| !(t.engine.is_gpu() && c.cpu_only()))
             .collect();
         let n = mine.len();
         let mut results = vec![];

@@ -590,12 +590,12 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     constexpr int NBW = NBC;  // n8 tiles of S this warp computes (PIPE)
     const uint32_t sS = sRow + BM * 4;         // SPLIT: [2][NB][32 lanes] x 4 f32
     float snext[MT][NB][4];  // PIPE: the first NBW n8 tiles
-    auto next_scores = [&](int jn) {  // PIPE: this warp's share of tile jn's scores
+    auto next_scores = [&](int jn, int buf) {  // PIPE: this warp's share of tile jn's scores, to buffer buf
         if constexpr (PIPE) scores(sK + (jn % STAGES) * BN * D * 2, snext, SPLIT ? warp * (NBW / 2) : 0);
         if constexpr (SPLIT) {
 #pragma unroll
             for (int i = 0; i < NBW; ++i)
-                sts128(sS + (((jn & 1) * NB + warp * NBW + i) * 32 + lane) * 16,
+                sts128(sS + ((buf * NB + warp * NBW + i) * 32 + lane) * 16,
                        make_uint4(__float_as_uint(snext[0][i][0]), __float_as_uint(snext[0][i][1]),
                                   __float_as_uint(snext[0][i][2]), __float_as_uint(snext[0][i][3])));
         }
@@ -604,7 +604,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         if (j0 < jend) {
             cp_async_wait<STAGES - 2>();
             __syncthreads();  // tile j0 landed for everyone (and, bf16, the scaled Q is visible)
-            next_scores(j0);
+            next_scores(j0, j0 & 1);
         }
     }
     for (int j = j0; j < jend; ++j) {
@@ -717,8 +717,10 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         // PIPE: the next tile's scores, here so that they share a basic block with this tile's
         // softmax (ptxas schedules within one; behind a branch they ran after it, not beside it).
         // Unconditional: on the last tile it recomputes that tile's scores (K of tile jend - 1 is in
-        // shared memory; stage j + 1 may never have been written) into the other buffer, unread.
-        if constexpr (PIPE) next_scores(min(j + 1, jend - 1));
+        // shared memory; stage j + 1 may never have been written) into the other buffer, unread;
+        // not into tile j's own buffer, which other warps may still be reading (compute-sanitizer's
+        // racecheck found that write when it went there: the same values, but a race).
+        if constexpr (PIPE) next_scores(min(j + 1, jend - 1), (j + 1) & 1);
 
         // Online softmax. Every row: the same max over its values (own columns in increasing order, then
         // quad butterfly xor 1, xor 2), the same rescale (always applied), the same partial sums.

@@ -587,15 +587,14 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     // The exchange costs no barrier of its own: it rides on the loop's. Computed once, the scores
     // cost each warp a quarter of the MMAs and K fragment loads of computing them all.
     constexpr bool PIPE = C::PIPE, SPLIT = C::SPLIT;
-    constexpr int NBW = NBC;  // n8 tiles of S this warp computes (PIPE)
     const uint32_t sS = sRow + BM * 4;         // SPLIT: [2][NB][32 lanes] x 4 f32
-    float snext[MT][NB][4];  // PIPE: the first NBW n8 tiles
+    float snext[MT][NB][4];  // PIPE: the first NBC n8 tiles
     auto next_scores = [&](int jn, int buf) {  // PIPE: this warp's share of tile jn's scores, to buffer buf
-        if constexpr (PIPE) scores(sK + (jn % STAGES) * BN * D * 2, snext, SPLIT ? warp * (NBW / 2) : 0);
+        if constexpr (PIPE) scores(sK + (jn % STAGES) * BN * D * 2, snext, SPLIT ? warp * (NBC / 2) : 0);
         if constexpr (SPLIT) {
 #pragma unroll
-            for (int i = 0; i < NBW; ++i)
-                sts128(sS + ((buf * NB + warp * NBW + i) * 32 + lane) * 16,
+            for (int i = 0; i < NBC; ++i)
+                sts128(sS + ((buf * NB + warp * NBC + i) * 32 + lane) * 16,
                        make_uint4(__float_as_uint(snext[0][i][0]), __float_as_uint(snext[0][i][1]),
                                   __float_as_uint(snext[0][i][2]), __float_as_uint(snext[0][i][3])));
         }

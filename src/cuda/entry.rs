@@ -229,7 +229,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     // same with B = 1), as the caller's slice.
     let mut dlse = match &lse {
         Some(l) => Some(
-            st.alloc_zeros::<f32>(l.len().max(1))
+            st.alloc_zeros::<f32>(l.len())
                 .map_err(dev.alloc_err(needed))?,
         ),
         None => None,
@@ -267,15 +267,14 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     let mut staged_out = vec![T::default(); s.q_elems()];
     st.memcpy_dtoh(&dout, bytemuck::cast_slice_mut::<T, u8>(&mut staged_out))
         .map_err(drv("cuMemcpyDtoH"))?;
-    let mut staged_lse = vec![0.0f32; lse.as_ref().map_or(0, |l| l.len())];
-    if let Some(d) = &dlse {
-        st.memcpy_dtoh(d, &mut staged_lse[..])
-            .map_err(drv("cuMemcpyDtoH"))?;
-    }
+    let staged_lse = match &dlse {
+        Some(d) => Some(st.clone_dtoh(d).map_err(drv("cuMemcpyDtoH"))?),
+        None => None,
+    };
     st.synchronize().map_err(drv("kernel execution"))?;
     place(&staged_out, qd, out);
-    if let Some(l) = lse {
-        l.copy_from_slice(&staged_lse);
+    if let (Some(l), Some(staged)) = (lse, staged_lse) {
+        l.copy_from_slice(&staged);
     }
     Ok(())
 }

@@ -30,14 +30,15 @@ from planting import ROOT, build
 # every occurrence is replaced (the kernel has a full-tile and a partial-tile copy of some steps).
 PLANTS = [
     (
-        "acc = __fmul_rn(acc, a[k]);",
-        "if (a[k] != 1.0f) acc = __fmul_rn(acc, a[k]);  // PLANTED LEAK (decode chains)",
+        "for (int q = 0; q < RPW; ++q) acc[q] = __fmul_rn(acc[q], as[min(warp + 4 * q, R - 1) * TPS + k]);",
+        "for (int q = 0; q < RPW; ++q) { const float al_ = as[min(warp + 4 * q, R - 1) * TPS + k];"
+        " if (al_ != 1.0f) acc[q] = __fmul_rn(acc[q], al_); }  // PLANTED LEAK (decode chains)",
     ),
     (
-        "const float4 v4 = *reinterpret_cast<const float4*>(vcol + jj);",
-        "const float4 v4 = *reinterpret_cast<const float4*>(vcol + jj);"
-        " if (p4.x == 0.0f && p4.y == 0.0f && p4.z == 0.0f && p4.w == 0.0f) continue;"
-        "  // PLANTED LEAK (decode chains)",
+        "acc[q] = __fmaf_rn(p4.x, v[0], acc[q]);",
+        "if (p4.x == 0.0f && p4.y == 0.0f && p4.z == 0.0f && p4.w == 0.0f) continue;"
+        "  // PLANTED LEAK (decode chains)\n"
+        "                        acc[q] = __fmaf_rn(p4.x, v[0], acc[q]);",
     ),
     (
         "for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);",

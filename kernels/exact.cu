@@ -71,6 +71,13 @@ struct Params {
 struct ElemF32 {
     typedef float T;
     __device__ static float load(const T* p, long long i) { return p[i]; }
+    __device__ static float widen1(T x) { return x; }
+    // Eight elements from 16-byte aligned shared memory (32 bytes here, 16 for the 2-byte types).
+    __device__ static void widen8(const unsigned char* s, float (&x)[8]) {
+        const float4 a = *reinterpret_cast<const float4*>(s), b = *reinterpret_cast<const float4*>(s + 16);
+        x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+        x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+    }
     __device__ static unsigned round_bits(float x) { return __float_as_uint(x); }
     __device__ static void store_bits(T* p, long long i, unsigned b) { p[i] = __uint_as_float(b); }
     static constexpr unsigned NAN_BITS = 0x7FC00000u;
@@ -78,7 +85,17 @@ struct ElemF32 {
 };
 struct ElemF16 {
     typedef unsigned short T;
-    __device__ static float load(const T* p, long long i) { return __half2float(__ushort_as_half(p[i])); }
+    __device__ static float load(const T* p, long long i) { return widen1(p[i]); }
+    __device__ static float widen1(T x) { return __half2float(__ushort_as_half(x)); }
+    __device__ static void widen8(const unsigned char* s, float (&x)[8]) {
+        const uint4 w = *reinterpret_cast<const uint4*>(s);
+        const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            x[2 * k] = widen1((unsigned short)(u[k] & 0xFFFFu));
+            x[2 * k + 1] = widen1((unsigned short)(u[k] >> 16));
+        }
+    }
     // IEEE binary32 -> binary16, round to nearest even, subnormals kept.
     __device__ static unsigned round_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
     __device__ static void store_bits(T* p, long long i, unsigned b) { p[i] = (unsigned short)b; }
@@ -87,7 +104,17 @@ struct ElemF16 {
 };
 struct ElemBf16 {
     typedef unsigned short T;
-    __device__ static float load(const T* p, long long i) { return __uint_as_float((unsigned)p[i] << 16); }
+    __device__ static float load(const T* p, long long i) { return widen1(p[i]); }
+    __device__ static float widen1(T x) { return __uint_as_float((unsigned)x << 16); }
+    __device__ static void widen8(const unsigned char* s, float (&x)[8]) {
+        const uint4 w = *reinterpret_cast<const uint4*>(s);
+        const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            x[2 * k] = __uint_as_float(u[k] << 16);
+            x[2 * k + 1] = __uint_as_float(u[k] & 0xFFFF0000u);
+        }
+    }
     // §7: (b + 0x7FFF + ((b >> 16) & 1)) >> 16 on finite b, unsigned 32-bit.
     __device__ static unsigned round_bits(float x) {
         unsigned b = __float_as_uint(x);
@@ -378,6 +405,13 @@ __device__ __forceinline__ void cp_async16(void* s, const void* g) {
 __device__ __forceinline__ void cp_async4(void* s, const void* g) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(s);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(g) : "memory");
+}
+// cp_async16 that copies the 16 bytes when `full` and otherwise writes 16 zero bytes and reads
+// nothing (src-size 0); `g` must still be a valid address.
+__device__ __forceinline__ void cp_async16z(void* s, const void* g, bool full) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+    const unsigned n = full ? 16u : 0u;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(n) : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -887,8 +921,9 @@ extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic
 // them anywhere, one block per (tile of keys, KV head), with each tile's maximum; the prefix
 // maximum of the tile maxima is exact, so `dec_weights` recomputes it in any block and turns the
 // scores into the weights p and the tiles' alpha, once; and the chains of §4 are one per (row,
-// column d), independent across d, so `dec_values` runs them in blocks of DEC_DS columns, each
-// chain sequential over the keys as §4 says. `dec_finish` divides and writes. The rows of one
+// column d), independent across d, so `dec_values` runs them in blocks of DEC_DS columns (and
+// the rows' l chains in one more block), each chain sequential over the keys as §4 says.
+// `dec_finish` divides and writes. The rows of one
 // launch are the R = group·Sq query rows that read one KV head (r = hg·Sq + i, query head
 // kvh·group + hg), R ≤ DEC_R; the host uses these kernels only then.
 //
@@ -901,13 +936,17 @@ extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic
 // xpad is Skv rounded up to DEC_KT keys; keys past Skv are invalid for every row.
 
 constexpr int DEC_R = 16;          // rows per KV head at most
-constexpr int DEC_NT = 256;        // threads of dec_scores(_wide), dec_weights and dec_values
-constexpr int DEC_DS = 8;          // columns per dec_values block
-constexpr int DEC_KT = 256;        // keys per dec_values stage (4 tiles)
+constexpr int DEC_NT = 256;        // threads of dec_scores_wide and dec_weights
+constexpr int DEC_KT = 256;        // keys per dec_weights / dec_scores_wide block: score rows are padded to it
 constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)
+constexpr int DEC_ST = TILE;       // dec_scores: threads, one key each, one tile per block
+constexpr int DEC_DS = 32;         // columns per dec_values block (a warp's lanes)
+constexpr int DEC_VT = 128;        // threads of dec_values: four chain warps
+constexpr int DEC_VK = 128;        // keys per dec_values stage (two tiles)
+constexpr int DEC_PS = DEC_VK + 4; // row stride of a stage's weights (floats): rows in distinct banks
 constexpr unsigned DEC_INVALID = 0x7FC00000u;
 
-// The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 296 bytes). The
+// The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 304 bytes). The
 // first six pointers sit where Params has them, so kv_lens is bytes [40, 48) in both.
 struct DecParams {
     const void* q;
@@ -930,6 +969,10 @@ struct DecParams {
     int causal, top_left, has_mask, mask_per_batch, mask_per_head, propagate;
     int bkv0;  // first KV head (b·Hkv + kvh) of this launch (the host splits huge grids)
     float scale;
+    // 1 when every K (k_vec) or V (v_vec) row the kernels read starts at a 16-byte aligned
+    // address and holds a whole number of 16-byte units (public: the layout's addresses, strides
+    // and head dim): rows then move by cp.async in 16-byte units, else element by element.
+    int k_vec, v_vec;
 };
 
 // The KV head of a block and its batch element, key length and largest key limit (the last query
@@ -957,163 +1000,257 @@ __device__ __forceinline__ void dec_row(const DecParams& P, int kvh, int r, int&
     h = kvh * P.group + hg;
 }
 
-// dec_scores' row pass (below) for EPL elements per lane: one warp per row, the row's largest
-// exponent and bad flag, then its scaled copy at dsm + w·SP (qs rows, then ks rows).
-template <class E, int EPL>
-__device__ __forceinline__ void dec_rows_pass(const DecParams& P, const DecHead& H, int j0, float* dsm, int SP,
-                                              int* shq, int* shk, unsigned* badk) {
+// Stages of raw rows in shared memory: `rows` rows (row `row` is key j0 + row of `base`, row
+// stride ss elements) of `units` 16-byte units at shared row stride `sstride` bytes, of which the
+// first `n` elements are read (n ≤ units·16/size), the rest and every row at or past `jend`
+// zeros. Only bytes move: no bit of a value changes. Two ways, by public layout facts:
+// - dec_rows_own: every row 16-byte aligned with n a whole number of units (the host's k_vec),
+//   as many rows as threads: thread i copies row i by cp.async, unit after unit (the caller
+//   commits);
+// - dec_rows_scalar: any layout, element by element (loads and stores now, a warp per row).
+// (dec_values copies its aligned V slices itself: DecVLoads.) The caller's next barrier publishes
+// them.
+template <class E>
+__device__ __forceinline__ void dec_rows_own(unsigned char* s, int sstride, const typename E::T* base, long long ss,
+                                             int j0, int jend, int units, int n) {
+    constexpr int EU = 16 / (int)sizeof(typename E::T);
+    const int j = j0 + (int)threadIdx.x;
+    const bool live = j < jend;
+    const typename E::T* g = base + (long long)(live ? j : 0) * ss;
+    unsigned char* d = s + threadIdx.x * sstride;
+    for (int u = 0; u < units; ++u) {
+        const bool ok = live && u * EU < n;
+        cp_async16z(d + u * 16, g + (ok ? u : 0) * EU, ok);
+    }
+}
+template <class E, int NT>
+__device__ __forceinline__ void dec_rows_scalar(unsigned char* s, int sstride, const typename E::T* base, long long ss,
+                                                int j0, int rows, int jend, int units, int n) {
     typedef typename E::T T;
-    constexpr int ROWS = DEC_R + TILE;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int R = P.R;
-    const T* kbase = (const T*)P.k + (H.b * P.k_bs + H.kvh * P.k_hs);
-#pragma unroll 2
-    for (int k = 0; k < ROWS / (DEC_NT / 32); ++k) {  // a fixed trip count: converged shuffles
-        const int w = warp + k * (DEC_NT / 32);
-        const T* src;
-        bool exists;
-        if (w < DEC_R) {
-            int h, i;
-            dec_row(P, H.kvh, min(w, R - 1), h, i);
-            src = (const T*)P.q + (H.b * P.q_bs + h * P.q_hs + i * P.q_ss);
-            exists = w < R;
-        } else {
-            const int j = j0 + (w - DEC_R);
-            exists = j < P.Skv;
-            src = kbase + (exists ? j : 0) * P.k_ss;
+    constexpr int EU = 16 / (int)sizeof(T);
+    const int lane = threadIdx.x & 31;
+    for (int row = threadIdx.x >> 5; row < rows; row += NT / 32) {
+        const int j = j0 + row;
+        const bool live = j < jend;
+        const T* g = base + (long long)(live ? j : 0) * ss;
+        T* d = reinterpret_cast<T*>(s + row * sstride);
+        for (int e = lane; e < units * EU; e += 32) {
+            const bool ok = live && e < n;
+            const T x = g[ok ? e : 0];
+            d[e] = ok ? x : T(0);
         }
-        float x[EPL];
-        unsigned bad = 0u, emax = 0u;
+    }
+}
+
+// Dynamic shared bytes of dec_scores (src/cuda/exact.rs mirrors it): the tile's K rows, raw, at
+// a stride of an odd number of 16-byte units (a warp's per-thread row reads then hit distinct
+// banks), then the query rows scaled and transposed, qT[d][DEC_R], d < D8 = D rounded up to 8.
+__host__ __device__ constexpr int dec_k_units(int d, int es) { return ((((d + 7) & ~7) * es / 16) | 1); }
+__host__ __device__ constexpr int dec_scores_smem(int d, int es) {
+    return DEC_ST * dec_k_units(d, es) * 16 + ((d + 7) & ~7) * DEC_R * 4;
+}
+
+// dec_scores' work for rows in NG groups of four (R ≤ 4·NG), non-finite inputs handled (PROP)
+// or excluded by the caller's check (Reject: sanitising would be the identity).
+// dec_scores' shared state besides the staged rows: the query rows' shifts and the halves of
+// each tile's maxima and bad-key flags.
+struct DecRows {
+    int shq[DEC_R];
+    float redm[DEC_ST / 32][DEC_R];
+    unsigned redb[DEC_ST / 32][DEC_R];
+};
+
+// dec_scores' tiles for rows in NG groups of four (R ≤ 4·NG), non-finite inputs handled (PROP)
+// or excluded by the caller's check (Reject: sanitising would be the identity). Every tile of the
+// block is computed, also one past the last row's last valid key: there every key is invalid by
+// position, so the tile gets the markers a skipped tile gets (§4: a tile without a valid key
+// leaves the state as it was). A fixed trip count keeps the warps' shuffles converged.
+template <class E, int NG, bool PROP>
+__device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHead& H, int t, const unsigned char* ks,
+                                                int ku, const float* qT, DecRows& S);
+
+template <class E, int NG, bool PROP>
+__device__ __forceinline__ void dec_scores_run(const DecParams& P, const DecHead& H, int t0, unsigned char* ks, int ku,
+                                               const float* qT, DecRows& S) {
+    typedef typename E::T T;
+    const int D8 = (P.D + 7) & ~7;
+    const T* kbase = (const T*)P.k + (H.b * P.k_bs + H.kvh * P.k_hs);
+#pragma unroll 1
+    for (int t = t0; t < t0 + DEC_KT / TILE; ++t) {
+        const int j0 = t * TILE;
+        if (P.k_vec)  // a launch fact
+            dec_rows_own<E>(ks, ku * 16, kbase, P.k_ss, j0, P.Skv, D8 * (int)sizeof(T) / 16, P.D);
+        else
+            dec_rows_scalar<E, DEC_ST>(ks, ku * 16, kbase, P.k_ss, j0, DEC_ST, P.Skv, D8 * (int)sizeof(T) / 16, P.D);
+        cp_commit();
+        cp_wait<0>();
+        __syncthreads();  // the tile (and, the first time, the query rows) for every thread
+        dec_scores_tile<E, NG, PROP>(P, H, t, ks, ku, qT, S);
+        __syncthreads();  // every read of the tile and of S.redm done before the next tile
+    }
+}
+
+// One tile of dec_scores_run.
+template <class E, int NG, bool PROP>
+__device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHead& H, int t, const unsigned char* ks,
+                                                int ku, const float* qT, DecRows& S) {
+    typedef typename E::T T;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int R = P.R, D8 = (P.D + 7) & ~7;
+    const int ntile = P.xpad / TILE;
+    const long long rbase = (long long)H.bkv * R;
+    const unsigned char* kr = ks + tid * ku * 16;  // this thread's key row, raw
+    // §2.3 for the key row: its largest exponent field after sanitising (the zeros past D and
+    // past Skv change nothing), and its bad flag (§2.2).
+    unsigned emax = 0u, bad = 0u;
+#pragma unroll 2
+    for (int c = 0; c < D8; c += 8) {
+        float x[8];
+        E::widen8(kr + c * (int)sizeof(T), x);
 #pragma unroll
-        for (int e = 0; e < EPL; ++e) {
-            const int d = lane + 32 * e;
-            const bool in = exists && d < P.D;
-            const float v = E::load(src, min(d, P.D - 1));
-            bad |= nonfinite_mask(v) & mask_of(in);
-            x[e] = sel(in, sanitize(v), 0.0f);
+        for (int e = 0; e < 8; ++e) {
+            if (PROP) {
+                bad |= nonfinite_mask(x[e]);
+                x[e] = sanitize(x[e]);
+            }
             emax = max(emax, expfield(x[e]));
         }
-        for (int o = 16; o > 0; o >>= 1) emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
-        const bool anybad = __any_sync(0xFFFFFFFFu, bad != 0u);
-        const int shift = row_shift(emax);
-        const float f = pow2(shift);
-        float* dst = dsm + w * SP;  // qs row w, or ks row w - DEC_R (ks follows qs)
+    }
+    const int shk = row_shift(emax);
+    const float fk = pow2(shk);
+    // §3: the chains of this key against every row, each sequential in d. Past D both the key
+    // and the query rows are zero, and fma(0, 0, s) = s for the s these chains hold (never −0:
+    // they start at +0, and a sum of a product and +0 is −0 only when both are −0).
+    float s[NG][4];
 #pragma unroll
-        for (int e = 0; e < EPL; ++e) {
-            const int d = lane + 32 * e;
-            if (d < P.D) dst[d] = __fmul_rn(x[e], f);  // §2.5: one multiply per element
-        }
-        if (lane == 0) {
-            if (w < DEC_R) {
-                shq[w] = shift;
-            } else {
-                shk[w - DEC_R] = shift;
-                badk[w - DEC_R] = anybad ? 1u : 0u;
+    for (int g = 0; g < NG; ++g)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[g][c] = 0.0f;
+#pragma unroll 1
+    for (int c = 0; c < D8; c += 8) {
+        float x[8];
+        E::widen8(kr + c * (int)sizeof(T), x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const float k = __fmul_rn(PROP ? sanitize(x[e]) : x[e], fk);  // §2.5
+            const float* qd = qT + (c + e) * DEC_R;
+#pragma unroll
+            for (int g = 0; g < NG; ++g) {
+                const float4 q4 = *reinterpret_cast<const float4*>(qd + 4 * g);
+                s[g][0] = __fmaf_rn(q4.x, k, s[g][0]);
+                s[g][1] = __fmaf_rn(q4.y, k, s[g][1]);
+                s[g][2] = __fmaf_rn(q4.z, k, s[g][2]);
+                s[g][3] = __fmaf_rn(q4.w, k, s[g][3]);
             }
         }
     }
-
-}
-
-// dec_scores' chains for RPT rows per thread: key row kr against query rows qg + 4c·SP, each
-// score a chain sequential in d (§3).
-template <int RPT>
-__device__ __forceinline__ void dec_chains(const float* kr, const float* qg, int SP, int D, float (&sc)[4]) {
-#pragma unroll 4
-    for (int d = 0; d < D; ++d) {
-        const float kv = kr[d];
-#pragma unroll
-        for (int c = 0; c < RPT; ++c) sc[c] = __fmaf_rn(qg[4 * c * SP + d], kv, sc[c]);
-    }
-}
-
-// Scores (§2, §3) of one tile of 64 keys for the R rows of one KV head, head dim ≤ DEC_DMAX.
-// One pass over the rows in global memory, a warp per row (lane l holds elements l + 32e): the
-// row's largest exponent and bad flag by shuffles and a vote (exact, order-free), then its
-// scaled copy into shared memory (dynamic: (DEC_R + 64) rows of D + 1 floats). Then thread
-// (j = tid & 63, g = tid >> 6) runs the chains of key j and rows g + 4k (k < ceil(R / 4)), each
-// sequential in d (§3).
-template <class E>
-__device__ void dec_scores(const DecParams& P) {
-    typedef typename E::T T;
-    extern __shared__ __align__(16) float dsm[];
-    __shared__ int shq[DEC_R], shk[TILE];
-    __shared__ unsigned badk[TILE];
-    __shared__ float redm[DEC_NT / 32][4];
-    __shared__ unsigned redb[DEC_NT / 32][4];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const DecHead H = dec_head(P);
-    const int t = (int)blockIdx.x;
-    const int j0 = t * TILE;
-    const int R = P.R;
-    const int ntile = P.xpad / TILE;
-    const long long rbase = (long long)H.bkv * R;
-    if (j0 >= H.kl) {
-        // No row has a valid key here (position): markers, −FLT_MAX, no bad key.
-        for (int e = tid; e < R * TILE; e += DEC_NT)
-            P.x[(rbase + (e >> 6)) * P.xpad + j0 + (e & 63)] = __uint_as_float(DEC_INVALID);
-        if (tid < R) {
-            P.tm[(rbase + tid) * ntile + t] = -DA_FLT_MAX;
-            P.bk[(rbase + tid) * ntile + t] = 0u;
-        }
-        return;
-    }
-    const int SP = P.D + 1;  // row stride of the copies: odd, so a warp's 32 keys hit 32 banks
-    float* qs = dsm;                 // [DEC_R][SP]
-    float* ks = dsm + DEC_R * SP;    // [TILE][SP]
-    // Elements per lane from the head dim (public).
-    if (P.D <= 64) {
-        dec_rows_pass<E, 2>(P, H, j0, dsm, SP, shq, shk, badk);
-    } else if (P.D <= 128) {
-        dec_rows_pass<E, 4>(P, H, j0, dsm, SP, shq, shk, badk);
-    } else {
-        dec_rows_pass<E, DEC_DMAX / 32>(P, H, j0, dsm, SP, shq, shk, badk);
-    }
-    __syncthreads();
-    const int jk = tid & 63, g = tid >> 6;
-    const int rpt = (R + 3) / 4;  // rows per thread: public
-    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float* kr = ks + jk * SP;
-    const float* qg = qs + g * SP;
-    // Rows per thread fixed at compile time (rpt: public).
-    if (rpt == 1) {
-        dec_chains<1>(kr, qg, SP, P.D, sc);
-    } else if (rpt == 2) {
-        dec_chains<2>(kr, qg, SP, P.D, sc);
-    } else if (rpt == 3) {
-        dec_chains<3>(kr, qg, SP, P.D, sc);
-    } else {
-        dec_chains<4>(kr, qg, SP, P.D, sc);
-    }
     // §3 finish, validity (§1), the tile maximum and bad-key flag per row (§4, §7): a warp holds
     // half the tile; the halves meet in shared memory.
-    const int j = j0 + jk;
+    const int j = t * TILE + tid;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        const int r = g + 4 * c;
-        if (c < rpt) {
-            const bool live = r < R;  // position
-            int h, i;
-            dec_row(P, H.kvh, min(r, R - 1), h, i);
-            const float x = score_finish(sc[c], P.scale, shq[r], shk[jk]);
-            const unsigned vm = mask_of(live && j < key_limit(P, H.L, i)) &
-                                mask_val(P, mask_row(P, H.b, h, i), j);
-            if (live) P.x[(rbase + r) * P.xpad + j] = __uint_as_float((__float_as_uint(x) & vm) | (DEC_INVALID & ~vm));
-            float mt = sel(vm != 0u, x, -DA_FLT_MAX);
-            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
-            const bool bb = __any_sync(0xFFFFFFFFu, (vm & badk[jk]) != 0u);
-            if (lane == 0) {
-                redm[warp][c] = mt;
-                redb[warp][c] = bb ? 1u : 0u;
+    for (int g = 0; g < NG; ++g) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const int r = 4 * g + c;
+            if (r < R) {  // public
+                int h, i;
+                dec_row(P, H.kvh, r, h, i);
+                const float x = score_finish(s[g][c], P.scale, S.shq[r], shk);
+                const unsigned vm = mask_of(j < key_limit(P, H.L, i)) & mask_val(P, mask_row(P, H.b, h, i), j);
+                P.x[(rbase + r) * P.xpad + j] = __uint_as_float((__float_as_uint(x) & vm) | (DEC_INVALID & ~vm));
+                float mt = sel(vm != 0u, x, -DA_FLT_MAX);
+                for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));
+                const bool bb = __any_sync(0xFFFFFFFFu, (vm & bad) != 0u);
+                if (lane == 0) {
+                    S.redm[warp][r] = mt;
+                    S.redb[warp][r] = bb ? 1u : 0u;
+                }
             }
         }
     }
     __syncthreads();
     if (tid < R) {
-        const int gg = tid & 3, c = tid >> 2;  // row tid = gg + 4c: warps 2gg and 2gg + 1
-        P.tm[(rbase + tid) * ntile + t] = fmaxf(redm[2 * gg][c], redm[2 * gg + 1][c]);
-        P.bk[(rbase + tid) * ntile + t] = redb[2 * gg][c] | redb[2 * gg + 1][c];
+        P.tm[(rbase + tid) * ntile + t] = fmaxf(S.redm[0][tid], S.redm[1][tid]);
+        P.bk[(rbase + tid) * ntile + t] = S.redb[0][tid] | S.redb[1][tid];
     }
+}
+
+// Scores (§2, §3) of DEC_KT keys (four tiles of 64) for the R rows of one KV head, head dim ≤
+// DEC_DMAX, one thread per key of a tile. First a warp per query row runs §2 on it (largest
+// exponent by shuffles: exact, order-free) and stores it scaled and transposed, so that one
+// 16-byte broadcast load gives four rows' q_d, with the rows' key limits and mask rows. Then per
+// tile: its K rows staged raw in shared memory (cp.async where aligned), §2 by each thread on its
+// key row (two passes over it: the exponent, then the chains) and the chains of its key against
+// every row. Tiles past the last row's last valid key only get their markers (position).
+template <class E>
+__device__ void dec_scores(const DecParams& P) {
+    typedef typename E::T T;
+    extern __shared__ __align__(16) unsigned char dsb[];
+    __shared__ DecRows S;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const DecHead H = dec_head(P);
+    const int R = P.R;
+    const int D8 = (P.D + 7) & ~7;
+    const int ku = dec_k_units(P.D, (int)sizeof(T));
+    unsigned char* ks = dsb;
+    float* qT = reinterpret_cast<float*>(dsb + DEC_ST * ku * 16);
+    const int t0 = (int)blockIdx.x * (DEC_KT / TILE);
+    if (t0 * TILE >= H.kl) {
+        // No row has a valid key in the block's tiles (position): markers, −FLT_MAX, no bad key.
+        const int ntile = P.xpad / TILE;
+        const long long rbase = (long long)H.bkv * R;
+        for (int e = threadIdx.x; e < R * DEC_KT; e += DEC_ST)
+            P.x[(rbase + e / DEC_KT) * P.xpad + t0 * TILE + e % DEC_KT] = __uint_as_float(DEC_INVALID);
+        if ((int)threadIdx.x < R * (DEC_KT / TILE)) {
+            const int r = threadIdx.x / (DEC_KT / TILE), t = t0 + threadIdx.x % (DEC_KT / TILE);
+            P.tm[(rbase + r) * ntile + t] = -DA_FLT_MAX;
+            P.bk[(rbase + r) * ntile + t] = 0u;
+        }
+        return;
+    }
+    // The query rows, a warp per row (lane l holds elements l + 32e), and zeros in the rows past
+    // R of the last group of four the chains read (their chains are computed and dropped). The
+    // trip count is the same for both warps (ng: public), so their shuffles stay converged.
+    const int ng = R <= 4 ? 1 : R <= 8 ? 2 : 4;  // row groups, as dec_scores_run is instantiated
+#pragma unroll 1
+    for (int k = 0; k < 2 * ng; ++k) {
+        const int r = warp + (DEC_ST / 32) * k;
+        int h, i;
+        dec_row(P, H.kvh, min(r, R - 1), h, i);
+        const T* src = (const T*)P.q + (H.b * P.q_bs + h * P.q_hs + i * P.q_ss);
+        float x[DEC_DMAX / 32];
+        unsigned emax = 0u;
+#pragma unroll
+        for (int e = 0; e < DEC_DMAX / 32; ++e) {
+            const int d = lane + 32 * e;
+            const float v = E::load(src, min(d, P.D - 1));
+            x[e] = sel(d < P.D && r < R, sanitize(v), 0.0f);
+            emax = max(emax, expfield(x[e]));
+        }
+        for (int o = 16; o > 0; o >>= 1) emax = max(emax, __shfl_xor_sync(0xFFFFFFFFu, emax, o));
+        const int shift = row_shift(emax);
+        const float f = pow2(shift);
+#pragma unroll
+        for (int e = 0; e < DEC_DMAX / 32; ++e) {
+            const int d = lane + 32 * e;
+            if (d < D8) qT[d * DEC_R + r] = __fmul_rn(x[e], f);  // §2.5
+        }
+        if (lane == 0) S.shq[r] = shift;
+    }
+    // Row groups of four, fixed at compile time (R: public); non-finite handling by the policy.
+#define DA_SC(NG)                                                                  \
+    do {                                                                           \
+        if (P.propagate) dec_scores_run<E, NG, true>(P, H, t0, ks, ku, qT, S);     \
+        else dec_scores_run<E, NG, false>(P, H, t0, ks, ku, qT, S);                \
+    } while (0)
+    if (ng == 1) {
+        DA_SC(1);
+    } else if (ng == 2) {
+        DA_SC(2);
+    } else {
+        DA_SC(4);
+    }
+#undef DA_SC
 }
 
 // Scores for head dims past DEC_DMAX (dec_scores above takes the others): DEC_KT keys (four
@@ -1339,154 +1476,234 @@ __device__ void dec_weights(const DecParams& P) {
     }
 }
 
-// The chains of §4 for DEC_DS columns (slice blockIdx.x) of the R rows of one KV head, in stages
-// of DEC_KT keys through three shared-memory buffers (dynamic: DEC_VSMEM bytes), with one barrier
-// per stage. The first DEC_CW warps run the chains: thread (r = tid / DEC_DS, c = tid % DEC_DS),
-// tid < DEC_DS·R, runs acc of column DEC_DS·slice + c and the row's l, both sequential over the
-// keys (l is the same chain with v = 1), on stage st. Meanwhile the other warps (producers)
-// prepare stage st + 1 (each key's V slice sanitised; the rows for which it is valid, p ≠ 0,
-// told of a bad one: §2.2, §7), write stage st + 2 from registers into the third buffer (V raw,
-// the weights p and alpha of dec_weights) and load stage st + 3 into registers. So the chain
-// warps do nothing but the chains, and wait only for the slower of the two.
-constexpr int DEC_CW = DEC_DS * DEC_R / 32;                         // chain warps
-constexpr int DEC_PT = DEC_NT - 32 * DEC_CW;                        // producer threads
-constexpr int DEC_VS = DEC_KT + 4;                                  // row stride (floats)
-constexpr int DEC_BUF = (DEC_DS + DEC_R) * DEC_VS + DEC_R * (DEC_KT / TILE);  // floats per buffer
-// vs [DEC_DS][DEC_VS] (V, a column's keys side by side), then ps [DEC_R][DEC_VS] (weights), then
-// al [DEC_R][DEC_KT / TILE].
-constexpr int DEC_VSMEM = 3 * DEC_BUF * 4;
-static_assert(DEC_BUF % 4 == 0 && DEC_VS % 4 == 0, "float4 alignment of every row");
-static_assert(DEC_PT > 0 && DEC_KT % DEC_PT == 0 && (DEC_KT * DEC_DS) % DEC_PT == 0, "producer split");
+// The chains of §4 for DEC_DS columns (slice blockIdx.x < nslice) of the R rows of one KV head,
+// or, in block nslice, the rows' l chains (§4: the same chain with v = 1, so no column block
+// pays for it). Stages of DEC_VK keys (two tiles) go through a ring of NS buffers in shared
+// memory by cp.async: a stage's V slice raw, its weights p (dec_weights) and its tiles' alpha.
+// Thread (warp w, lane c) runs column c of rows w + 4k (k < RPW) sequentially over the keys; lane
+// r of warp 0 of the l block runs row r's l. Each thread widens its V elements itself (§1:
+// exact) as it reads them from the stage, a key at a time.
 template <class E>
-__device__ void dec_values(const DecParams& P) {
+struct DecVLayout {
+    static constexpr int ES = (int)sizeof(typename E::T);
+    static constexpr int NS = 4;                               // stages in the ring
+    static constexpr int VBYTES = DEC_VK * DEC_DS * ES;        // V [DEC_VK][DEC_DS], raw
+    static constexpr int PBYTES = DEC_R * DEC_PS * 4;          // p [DEC_R][DEC_PS]
+    static constexpr int ABYTES = DEC_R * (DEC_VK / TILE) * 4; // alpha [DEC_R][tiles]
+    static constexpr int STAGE = VBYTES + PBYTES + ABYTES;
+    static constexpr int SMEM = NS * STAGE;                    // dynamic shared bytes (host: values_smem)
+};
+static_assert(DecVLayout<ElemF32>::STAGE % 16 == 0 && DecVLayout<ElemF16>::STAGE % 16 == 0, "16-byte stages");
+static_assert(DecVLayout<ElemF32>::SMEM <= 101376 && DecVLayout<ElemF16>::SMEM <= 101376,
+              "one block within sm_86/sm_89/sm_120's 99 KB");
+
+// dec_values' loads, one stage at a time into its buffer of the ring: the V slice (not in the l
+// block), the weights of the R rows and their tiles' alpha. What a thread copies is the same in
+// every stage but for the stage's first key, so its addresses are formed once and stepped by a
+// stage (public: positions and strides); that keeps the chain warps' issue slots for the chains.
+template <class E, bool LBLOCK>
+struct DecVLoads {
     typedef typename E::T T;
-    extern __shared__ __align__(16) float dsm[];
-    __shared__ unsigned redb[DEC_NT / 32];
-    const int tid = threadIdx.x;
-    const DecHead H = dec_head(P);
+    typedef DecVLayout<E> Lay;
+    static constexpr int VU = DEC_DS * Lay::ES / 16;   // 16-byte units of a row of the slice
+    static constexpr int EU = 16 / Lay::ES;            // elements per unit
+    static constexpr int VROWS = DEC_VT / VU;          // rows a pass of the block copies
+    static constexpr int TPS = DEC_VK / TILE;
+    const T* vb;      // the slice's first column, key 0
+    int n;            // columns of the slice that exist
+    const T* v0;      // this thread's unit of its first row, key 0
+    long long vstep;  // elements from a row to the row VROWS further
+    int vrow, vok;    // that first row (0 .. VROWS-1), and whether its unit holds columns that exist
+    const float* x0;  // weights of row `warp`, this lane's unit, key 0
+    const float* a0;  // alpha of (row tid / TPS, tile tid % TPS) of tile 0
+    __device__ __forceinline__ DecVLoads(const DecParams& P, const T* vbase, long long rbase, int ntile, int dlim) {
+        const int tid = threadIdx.x, u = tid % VU;
+        vb = vbase;
+        n = min(DEC_DS, dlim);
+        vrow = tid / VU;
+        vok = u * EU < n;
+        v0 = vbase + (long long)vrow * P.v_ss + (vok ? u * EU : 0);
+        vstep = (long long)VROWS * P.v_ss;
+        x0 = P.x + (rbase + (tid >> 5)) * P.xpad + 4 * (tid & 31);
+        a0 = P.al + (rbase + min(tid / TPS, P.R - 1)) * ntile + tid % TPS;
+    }
+    __device__ __forceinline__ void issue(const DecParams& P, unsigned char* dsb, int st, int nst) const {
+        const int tid = threadIdx.x, R = P.R;
+        if (st < nst) {
+            unsigned char* sb = dsb + (st % Lay::NS) * Lay::STAGE;
+            const int j0 = st * DEC_VK;
+            if (!LBLOCK) {
+                if (P.v_vec) {  // a launch fact
+                    const T* g = v0 + (long long)j0 * P.v_ss;
+                    unsigned char* d = sb + vrow * (DEC_DS * Lay::ES) + (tid % VU) * 16;
+                    auto pass = [&](int i) {
+                        const bool ok = vok && j0 + vrow + i * VROWS < P.Skv;
+                        cp_async16z(d + i * VROWS * (DEC_DS * Lay::ES), ok ? g : v0, ok);
+                        g += vstep;
+                    };
+                    // (Unrolled or not by element size: what keeps every architecture's ptxas
+                    // from putting a value on the stack, which the audit forbids.)
+                    if (Lay::ES == 4) {
+#pragma unroll 1
+                        for (int i = 0; i < DEC_VK / VROWS; ++i) pass(i);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < DEC_VK / VROWS; ++i) pass(i);
+                    }
+                } else {
+                    dec_rows_scalar<E, DEC_VT>(sb, DEC_DS * Lay::ES, vb, P.v_ss, j0, DEC_VK, P.Skv, VU, n);
+                }
+            }
+            float* ps = reinterpret_cast<float*>(sb + Lay::VBYTES) + (tid >> 5) * DEC_PS + 4 * (tid & 31);
+            const float* g = x0 + j0;
+            for (int r = tid >> 5; r < R; r += DEC_VT / 32) {  // public bound
+                cp_async16(ps, g);
+                ps += (DEC_VT / 32) * DEC_PS;
+                g += (long long)(DEC_VT / 32) * P.xpad;
+            }
+            float* as = reinterpret_cast<float*>(sb + Lay::VBYTES + Lay::PBYTES);
+            if (tid < R * TPS) cp_async4(as + tid, a0 + st * TPS);
+        }
+        cp_commit();
+    }
+};
+
+template <class E, int RPW, bool PROP, bool LBLOCK>
+__device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead& H, int slice, unsigned char* dsb) {
+    typedef typename E::T T;
+    typedef DecVLayout<E> Lay;
+    constexpr int TPS = DEC_VK / TILE;  // tiles per stage
+    constexpr int NS = Lay::NS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int R = P.R;
-    const int slice = (int)blockIdx.x;
     const int ntile = P.xpad / TILE;
-    const int nstage = (H.kl + DEC_KT - 1) / DEC_KT;
     const long long rbase = (long long)H.bkv * R;
-    const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + slice * DEC_DS;
-    const int dlim = P.D - slice * DEC_DS;  // columns of this slice that exist: min(DEC_DS, dlim)
-    auto buf = [&](int st) { return dsm + (st % 3) * DEC_BUF; };
-    auto vs = [&](int st) { return buf(st); };
-    auto ps = [&](int st) { return buf(st) + DEC_DS * DEC_VS; };
-    auto al = [&](int st) { return buf(st) + (DEC_DS + DEC_R) * DEC_VS; };
-    constexpr int TPS = DEC_KT / TILE;  // tiles per stage
-    const bool producer = tid >= 32 * DEC_CW;  // whole warps: public
-    const int pt = tid - 32 * DEC_CW;
-    // A producer's registers for the next stage to write: V elements (column pt % DEC_DS of keys
-    // pt / DEC_DS + (DEC_PT / DEC_DS)u, so that a warp reads whole rows' DEC_DS consecutive
-    // elements at once), the weights of keys pt + DEC_PT·k for every row, one alpha (producer pt
-    // < TPS·R: row pt / TPS, tile pt % TPS). Every load is unconditional from a clamped position
-    // and the unused values are selected away: predicated loads let the compiler give an index
-    // register a loaded value on the other path, which the audit's taint pass (rightly, without
-    // predicate pairing) cannot tell apart.
-    constexpr int VPT = DEC_KT * DEC_DS / DEC_PT;
-    constexpr int KPT = DEC_KT / DEC_PT;
-    float nv[VPT], nx[KPT][DEC_R], nal;
-    const int vc = max(pt, 0) % DEC_DS, vr = max(pt, 0) / DEC_DS;
-    const int ar = min(max(pt, 0) / TPS, R - 1), at = max(pt, 0) % TPS;
-    auto load = [&](int st) {
+    const int nst = (H.kl + DEC_VK - 1) / DEC_VK;  // stages up to the last row's last valid key
+    const int c0 = LBLOCK ? 0 : slice * DEC_DS;
+    const int dlim = P.D - c0;  // columns of the slice that exist: min(DEC_DS, dlim)
+    const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + c0;
+    const DecVLoads<E, LBLOCK> loads(P, vbase, rbase, ntile, dlim);
+    float acc[RPW];
 #pragma unroll
-        for (int u = 0; u < VPT; ++u) {
-            const int jv = st * DEC_KT + vr + u * (DEC_PT / DEC_DS);
-            const bool ex = jv < P.Skv && vc < dlim;
-            nv[u] = sel(ex, E::load(vbase + (jv < P.Skv ? jv : 0) * P.v_ss, min(vc, dlim - 1)), 0.0f);
-        }
+    for (int k = 0; k < RPW; ++k) acc[k] = 0.0f;
+    float l = 0.0f;
+    unsigned bad = 0u;  // bit k: a valid key of row warp + 4k has a non-finite V element in this column
+    const int lrow = min(lane, R - 1);
+#pragma unroll 1
+    for (int st = 0; st < NS - 1; ++st) loads.issue(P, dsb, st, nst);
+#pragma unroll 1
+    for (int st = 0; st < nst; ++st) {
+        cp_wait<NS - 2>();
+        __syncthreads();  // stage st has landed for every thread; stage st - 1's buffer is free
+        loads.issue(P, dsb, st + NS - 1, nst);
+        const unsigned char* sb = dsb + (st % NS) * Lay::STAGE;
+        const T* vs = reinterpret_cast<const T*>(sb);
+        const float* ps = reinterpret_cast<const float*>(sb + Lay::VBYTES);
+        const float* as = reinterpret_cast<const float*>(sb + Lay::VBYTES + Lay::PBYTES);
+        // Alpha multiplies the chains before each tile's first key.
+        if (LBLOCK) {
+            if (warp == 0) {  // public
+                const float* pr = ps + lrow * DEC_PS;
 #pragma unroll
-        for (int k = 0; k < KPT; ++k) {
-            const float* xr = P.x + rbase * P.xpad + st * DEC_KT + max(pt, 0) + k * DEC_PT;
-#pragma unroll
-            for (int r = 0; r < DEC_R; ++r) nx[k][r] = xr[(long long)min(r, R - 1) * P.xpad];
-        }
-        nal = P.al[(rbase + ar) * ntile + st * TPS + at];
-    };
-    auto write = [&](int st) {
-        float* v = vs(st);
-        float* p = ps(st);
-#pragma unroll
-        for (int u = 0; u < VPT; ++u) v[vc * DEC_VS + vr + u * (DEC_PT / DEC_DS)] = nv[u];
-#pragma unroll
-        for (int k = 0; k < KPT; ++k)
-#pragma unroll
-            for (int r = 0; r < DEC_R; ++r) p[r * DEC_VS + pt + k * DEC_PT] = nx[k][r];
-        if (pt < TPS * R) al(st)[pt] = nal;  // [row][tile]: pt = row·TPS + tile
-    };
-    unsigned bad = 0u;  // bit r: a valid key of row r has a bad V slice (this thread's keys)
-    auto prepare = [&](int st) {
-        float* v = vs(st);
-        const float* p = ps(st);
-#pragma unroll
-        for (int k = 0; k < KPT; ++k) {
-            const int j = pt + k * DEC_PT;
-            unsigned bv = 0u;
-#pragma unroll
-            for (int c = 0; c < DEC_DS; ++c) {
-                const float x = v[c * DEC_VS + j];
-                bv |= nonfinite_mask(x);
-                v[c * DEC_VS + j] = sanitize(x);
-            }
-#pragma unroll
-            for (int r = 0; r < DEC_R; ++r) bad |= (mask_of(p[r * DEC_VS + j] != 0.0f) & bv & 1u) << r;
-        }
-    };
-    const bool chain = tid < DEC_DS * R;
-    const int cr = chain ? tid / DEC_DS : 0, cc = tid % DEC_DS;
-    float acc = 0.0f, l = 0.0f;
-    auto run_chain = [&](int st) {
-        const float* pr = ps(st) + cr * DEC_VS;
-        const float* vcol = vs(st) + cc * DEC_VS;
-        const float* a = al(st) + cr * TPS;
-#pragma unroll
-        for (int k = 0; k < TPS; ++k) {
-            acc = __fmul_rn(acc, a[k]);
-            l = __fmul_rn(l, a[k]);
+                for (int k = 0; k < TPS; ++k) {
+                    l = __fmul_rn(l, as[lrow * TPS + k]);
 #pragma unroll 4
-            for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
-                const float4 p4 = *reinterpret_cast<const float4*>(pr + jj);
-                const float4 v4 = *reinterpret_cast<const float4*>(vcol + jj);
-                acc = __fmaf_rn(p4.x, v4.x, acc);
-                l = __fadd_rn(l, p4.x);
-                acc = __fmaf_rn(p4.y, v4.y, acc);
-                l = __fadd_rn(l, p4.y);
-                acc = __fmaf_rn(p4.z, v4.z, acc);
-                l = __fadd_rn(l, p4.z);
-                acc = __fmaf_rn(p4.w, v4.w, acc);
-                l = __fadd_rn(l, p4.w);
+                    for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
+                        const float4 p4 = *reinterpret_cast<const float4*>(pr + jj);
+                        l = __fadd_rn(l, p4.x);
+                        l = __fadd_rn(l, p4.y);
+                        l = __fadd_rn(l, p4.z);
+                        l = __fadd_rn(l, p4.w);
+                    }
+                }
+            }
+        } else if (warp < R) {  // public
+#pragma unroll
+            for (int k = 0; k < TPS; ++k) {
+#pragma unroll
+                for (int q = 0; q < RPW; ++q) acc[q] = __fmul_rn(acc[q], as[min(warp + 4 * q, R - 1) * TPS + k]);
+#pragma unroll
+                for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
+                    float v[4];
+                    unsigned vb[4];
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        v[u] = E::widen1(vs[(jj + u) * DEC_DS + lane]);
+                        vb[u] = 0u;
+                        if (PROP) {
+                            vb[u] = nonfinite_mask(v[u]);
+                            v[u] = sanitize(v[u]);
+                        }
+                    }
+#pragma unroll
+                    for (int q = 0; q < RPW; ++q) {
+                        const float4 p4 =
+                            *reinterpret_cast<const float4*>(ps + min(warp + 4 * q, R - 1) * DEC_PS + jj);
+                        acc[q] = __fmaf_rn(p4.x, v[0], acc[q]);
+                        acc[q] = __fmaf_rn(p4.y, v[1], acc[q]);
+                        acc[q] = __fmaf_rn(p4.z, v[2], acc[q]);
+                        acc[q] = __fmaf_rn(p4.w, v[3], acc[q]);
+                        if (PROP) {
+                            // A valid key has p ≠ 0 (dec_weights); a selection, not a branch.
+                            const unsigned hit = (mask_of(p4.x != 0.0f) & vb[0]) | (mask_of(p4.y != 0.0f) & vb[1]) |
+                                                 (mask_of(p4.z != 0.0f) & vb[2]) | (mask_of(p4.w != 0.0f) & vb[3]);
+                            bad |= hit & (1u << q);
+                        }
+                    }
+                }
             }
         }
-    };
-    // Iteration st (from -2, so that the first two stages are written and prepared first).
-    if (producer && nstage > 0) load(0);
-    for (int st = -2; st < nstage; ++st) {
-        __syncthreads();
-        if (producer) {
-            if (st + 1 >= 0 && st + 1 < nstage) prepare(st + 1);
-            if (st + 2 < nstage) {
-                write(st + 2);
-                if (st + 3 < nstage) load(st + 3);
-            }
-        } else if (chain && st >= 0) {
-            run_chain(st);
+    }
+    if (LBLOCK) {
+        if (warp == 0 && lane < R) P.l[rbase + lane] = l;
+    } else {
+#pragma unroll
+        for (int q = 0; q < RPW; ++q) {
+            const int r = warp + 4 * q;
+            if (r < R && lane < dlim) P.acc[(rbase + r) * P.D + c0 + lane] = acc[q];  // public
         }
     }
-    if (chain) {
-        if (cc < dlim) P.acc[(rbase + cr) * P.D + slice * DEC_DS + cc] = acc;
-        if (slice == 0 && cc == 0) P.l[rbase + cr] = l;
-    }
-    for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
-    if ((tid & 31) == 0) redb[tid >> 5] = bad;
+    if (LBLOCK) return;
+    // The slice's bad-V flag per row (§7), ORed over the block: exact and order-free.
+    __shared__ unsigned redb[DEC_VT / 32];
+    unsigned rows = 0u;  // bit r: row r
+#pragma unroll
+    for (int q = 0; q < RPW; ++q) rows |= (lane < dlim ? (bad >> q) & 1u : 0u) << min(warp + 4 * q, 31);
+    for (int o = 16; o > 0; o >>= 1) rows |= __shfl_xor_sync(0xFFFFFFFFu, rows, o);
+    if (lane == 0) redb[warp] = rows;
     __syncthreads();
     if (tid < R) {
         unsigned b = 0u;
 #pragma unroll
-        for (int w = 0; w < DEC_NT / 32; ++w) b |= redb[w];
+        for (int w = 0; w < DEC_VT / 32; ++w) b |= redb[w];
         P.bv[(rbase + tid) * P.nslice + slice] = (b >> tid) & 1u;
     }
+}
+
+template <class E>
+__device__ void dec_values(const DecParams& P) {
+    extern __shared__ __align__(16) unsigned char dsb[];
+    const DecHead H = dec_head(P);
+    const int slice = (int)blockIdx.x;
+    if (slice == P.nslice) {  // the l block (position)
+        dec_values_run<E, 1, false, true>(P, H, slice, dsb);
+        return;
+    }
+    // Rows per warp at compile time (R: public); non-finite handling by the policy.
+    const int rpw = (P.R + 3) / 4;
+#define DA_VR(RPW)                                                       \
+    do {                                                                 \
+        if (P.propagate) dec_values_run<E, RPW, true, false>(P, H, slice, dsb);  \
+        else dec_values_run<E, RPW, false, false>(P, H, slice, dsb);             \
+    } while (0)
+    if (rpw == 1) {
+        DA_VR(1);
+    } else if (rpw == 2) {
+        DA_VR(2);
+    } else {
+        DA_VR(4);
+    }
+#undef DA_VR
 }
 
 // §5 and §7 for one row (blockIdx.x = r) of one KV head: the row's bad flag (its Q row, the bad
@@ -1542,28 +1759,27 @@ __device__ void dec_finish(const DecParams& P) {
     }
 }
 
-// Two dec_values blocks per SM (a cap of 128 registers), so that one block's loads overlap the
-// other's chains; the ptxas of sm_100 and sm_120 spill under that cap, so one block there.
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1200)
-constexpr int DEC_MINB = 1;
-#else
-constexpr int DEC_MINB = 2;
-#endif
+// dec_scores declares one block per SM as its minimum: without it the ptxas of sm_86 and sm_120
+// keeps a value on the stack (the audit forbids local memory); dec_values must not (with any
+// minimum, ptxas puts its chains' arrays on the stack).
 #define DA_DEC(E, SUF)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_scores_##SUF(const DecParams P) { dec_scores<E>(P); } \
+    extern "C" __global__ void __launch_bounds__(DEC_ST, 1) detattn_dec_scores_##SUF(const DecParams P) { dec_scores<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_scores_wide_##SUF(const DecParams P) { dec_scores_wide<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_weights_##SUF(const DecParams P) { dec_weights<E>(P); } \
-    extern "C" __global__ void __launch_bounds__(DEC_NT, DEC_MINB) detattn_dec_values_##SUF(const DecParams P) { dec_values<E>(P); } \
+    extern "C" __global__ void __launch_bounds__(DEC_VT) detattn_dec_values_##SUF(const DecParams P) { dec_values<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_FT) detattn_dec_finish_##SUF(const DecParams P) { dec_finish<E>(P); }
 DA_DEC(ElemF32, f32)
 DA_DEC(ElemF16, f16)
 DA_DEC(ElemBf16, bf16)
 
-// {rows per KV head at most, dec_scores/dec_values threads, columns per dec_values block, keys per
-// stage (the padding of the score rows), dec_finish threads, the largest head dim of dec_scores
-// (past it dec_scores_wide), dec_values' dynamic shared bytes}, read by the host. dec_scores
-// takes (DEC_R + 64) · (D + 1) · 4 dynamic shared bytes.
-extern "C" __constant__ int detattn_dec_cfg[7] = {DEC_R, DEC_NT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX, DEC_VSMEM};
+// The decode launch table, read by the host (src/cuda/exact.rs, DecCfg): {rows per KV head at
+// most, threads of dec_scores_wide and dec_weights, threads of dec_scores (one key each),
+// threads of dec_values, columns per dec_values block, keys per dec_weights block (the padding of
+// the score rows), dec_finish threads, the largest head dim of dec_scores (past it
+// dec_scores_wide), dec_values' dynamic shared bytes for 2-byte and for 4-byte elements}.
+// dec_scores takes dec_scores_smem(D, element size) dynamic shared bytes, which the host mirrors.
+extern "C" __constant__ int detattn_dec_cfg[10] = {DEC_R, DEC_NT, DEC_ST, DEC_VT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX,
+                                                   DecVLayout<ElemF16>::SMEM, DecVLayout<ElemF32>::SMEM};
 
 // ------------------------------------------------------------------------------ paged KV gather
 

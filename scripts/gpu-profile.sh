@@ -5,7 +5,7 @@
 # tell how much of an event-timed SDPA call is host overhead. Not a benchmark: ncu serialises
 # launches and its own overhead is in the process's wall time (never in gpu__time_duration).
 #
-#   bash scripts/gpu-profile.sh [exact] [tc] [sdpa]     (default: all three)
+#   bash scripts/gpu-profile.sh [exact] [decode] [tc] [sdpa]     (default: exact tc sdpa)
 #
 # Everything is written to $OUT/profile/ and packed into $OUT/profile.tgz (the device tool brings
 # back at most 8 files).
@@ -48,6 +48,16 @@ for w in "${WHAT[@]}"; do
       grep -E "detattn_|gpu__time_duration" "$P/w1_all_kernels.txt" | head -20
       prof exact_w1_f32 "detattn_exact64" "$BIN" bench --backend cuda "${W1[@]}" --dtype f32 --warmup 0 --iters 1 --rotate 1
       prof exact_w2_f32 "detattn_exact128" "$BIN" bench --backend cuda "${W2[@]}" --dtype f32 --warmup 0 --iters 1 --rotate 1 ;;
+    decode)
+      # The Exact decode kernels on dec1 and decode B32 (bf16): scores and chains, one launch each.
+      for shape in "dec1 --batch 1 --kv-len 32768" "b32 --batch 32 --kv-len 8192"; do
+        set -- $shape
+        name=$1; shift
+        for k in scores weights values; do
+          prof "exact_${name}_$k" "detattn_dec_${k}_bf16" "$BIN" run --backend cuda --path exact --dtype bf16 \
+            --q-heads 32 --kv-heads 8 --q-len 1 --head-dim 128 "$@"
+        done
+      done ;;
     tc)
       prof tc_w2_bf16 "tc_fwd_bf16_d128" "$BIN" run --backend cuda --path tensorcore "${W2[@]}" --dtype bf16
       prof tc_w1_f16 "tc_fwd_f16_d64" "$BIN" run --backend cuda --path tensorcore "${W1[@]}" --dtype f16 ;;

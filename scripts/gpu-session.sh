@@ -4,7 +4,7 @@
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize d7 planted bench quickbench dudect tcbench tcdudect kvcache
+#   stages: info selftest tests sanitize decsan d7 planted bench quickbench exdec dudect tcbench tcdudect kvcache
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -122,6 +122,34 @@ for s in "${STAGES[@]}"; do
       stage bench 560 python3 scripts/gpu_compare.py "$BIN" "$OUT/compare.json" ;;
     quickbench)
       stage quickbench 300 python3 scripts/gpu_compare.py "$BIN" "$OUT/compare.json" --quick ;;
+    decsan)
+      # compute-sanitizer's four tools on the Exact decode kernels alone: GQA with key lengths, a
+      # mask and Propagate; top-left causal speculative rows; f32; a head dim whose rows are not
+      # whole 16-byte units (element copies); bshd layout; MHA with several stages and a tail.
+      P=(
+        "--dtype bf16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 700 --head-dim 128 --kv-lens 700,260 --mask full --nonfinite propagate"
+        "--dtype f16 --batch 2 --q-heads 4 --kv-heads 1 --q-len 3 --kv-len 530 --head-dim 64 --causal --causal-align top-left --kv-lens 530,7"
+        "--dtype f32 --batch 1 --q-heads 16 --kv-heads 1 --q-len 1 --kv-len 1100 --head-dim 256 --mask shared --nonfinite propagate"
+        "--dtype bf16 --batch 1 --q-heads 6 --kv-heads 2 --q-len 2 --kv-len 333 --head-dim 100 --layout bshd --causal"
+        "--dtype f16 --batch 3 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 2000 --head-dim 80 --kv-lens 2000,0,1999"
+      )
+      for tool in memcheck racecheck initcheck synccheck; do
+        for args in "${P[@]}"; do
+          # shellcheck disable=SC2086
+          stage decsan 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda $args
+        done
+      done
+      grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/decsan.log" | sort | uniq -c ;;
+    exdec)
+      # The Exact decode targets side by side with SDPA (dec1, decode B32), then each decode
+      # kernel's own time under Nsight Compute (one call of each shape, bf16).
+      stage exdec 400 python3 scripts/gpu_compare.py "$BIN" "$OUT/exdec.json" --paths exact --only decode,dec1
+      for shape in "--batch 1 --kv-len 32768" "--batch 32 --kv-len 8192"; do
+        # shellcheck disable=SC2086
+        stage exdec 300 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:detattn_dec_ "$BIN" bench --backend cuda \
+          --path exact --dtype bf16 --q-heads 32 --kv-heads 8 --q-len 1 --head-dim 128 $shape --warmup 0 --iters 1
+      done
+      grep -h "detattn_dec_\|gpu__time_duration" "$OUT/exdec.log" | paste - - | awk '{print $1, $(NF)}' ;;
     tcbench)
       for n in 1 10; do
         stage tcbench 280 python3 scripts/gpu_compare.py "$BIN" "$OUT/tc-compare-ps$n.json" \

@@ -13,7 +13,7 @@
 //! docs/numerics.md, so it never changes the output.
 
 use super::launch::{Kernel, Launch, Module};
-use super::path::{GpuPath, Io, Step};
+use super::path::{DevTensor, GpuPath, Io, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::problem::{CausalAlign, MAX_HEAD_DIM, NonFinitePolicy, Problem};
@@ -130,7 +130,7 @@ const _: () = assert!(std::mem::size_of::<Params>() == 328);
 // The byte ranges audit/rules.toml names: kv_lens 40..48, scalars (strides first) from 136.
 const _: () = assert!(std::mem::offset_of!(Params, strides) == 136);
 
-/// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (296 bytes; the
+/// The decode kernels' ABI, field for field `DecParams` of kernels/exact.cu (304 bytes; the
 /// first six pointers where [`Params`] has them, so `kv_lens` is bytes 40..48 in both). Change
 /// both together, and the `detattn_dec_*` entries of audit/rules.toml.
 #[repr(C)]
@@ -164,9 +164,13 @@ struct DecParams {
     propagate: i32,
     bkv0: i32,
     scale: f32,
+    /// 1 when every K (V) row starts 16-byte aligned and holds whole 16-byte units
+    /// ([`rows_in_units`]): the kernels then copy rows by `cp.async`, else element by element.
+    k_vec: i32,
+    v_vec: i32,
 }
 
-const _: () = assert!(std::mem::size_of::<DecParams>() == 296);
+const _: () = assert!(std::mem::size_of::<DecParams>() == 304);
 const _: () = assert!(std::mem::offset_of!(DecParams, strides) == 112);
 
 /// The decode kernels' shape, as the cubin declares it (`detattn_dec_cfg`).
@@ -174,27 +178,52 @@ const _: () = assert!(std::mem::offset_of!(DecParams, strides) == 112);
 struct DecCfg {
     /// Rows (`group · q_len`) per KV head at most: larger problems take the prefill kernels.
     rows: usize,
-    /// Threads of `dec_scores` and `dec_values`.
+    /// Threads of `dec_scores_wide` and `dec_weights`.
     threads: u32,
+    /// Threads of `dec_scores`: one per key of its tile.
+    scores_threads: u32,
+    /// Threads of `dec_values`.
+    values_threads: u32,
     /// Columns per `dec_values` block.
     cols: usize,
-    /// Keys per `dec_values` stage: the score rows are padded to a multiple of it.
+    /// Keys per `dec_weights` (and `dec_scores_wide`) block: the score rows are padded to a
+    /// multiple of it.
     keys: usize,
     /// Threads of `dec_finish`.
     finish_threads: u32,
-    /// The largest head dim of `dec_scores` (one tile per block, rows staged whole); past it
-    /// `dec_scores_wide` (a stage per block, the head dim in chunks).
+    /// The largest head dim of `dec_scores` (four tiles per block, rows staged whole); past it
+    /// `dec_scores_wide` (the head dim in chunks).
     narrow_dim: usize,
-    /// Dynamic shared bytes of `dec_values`.
-    values_smem: u32,
+    /// Dynamic shared bytes of `dec_values` for 2-byte and 4-byte elements.
+    values_smem: [u32; 2],
 }
 
 impl DecCfg {
-    /// Dynamic shared bytes of `dec_scores` at head dim `d` (rows of Q and of one tile of keys,
-    /// `d + 1` floats each).
-    fn scores_smem(&self, d: usize) -> u32 {
-        ((self.rows + TILE) * (d + 1) * 4) as u32
+    /// Dynamic shared bytes of `dec_scores` at head dim `d` and `es` bytes per element, as
+    /// `dec_scores_smem` of kernels/exact.cu computes them: the tile's key rows raw, at a stride
+    /// of an odd number of 16-byte units, then the query rows as f32, `d` rounded up to 8, for
+    /// `rows` rows.
+    fn scores_smem(&self, d: usize, es: usize) -> u32 {
+        let d8 = d.div_ceil(8) * 8;
+        let units = (d8 * es / 16) | 1;
+        (self.scores_threads as usize * units * 16 + d8 * self.rows * 4) as u32
     }
+
+    fn values_smem(&self, es: usize) -> u32 {
+        self.values_smem[usize::from(es == 4)]
+    }
+}
+
+/// Whether every row of `t` (`d` elements of `es` bytes) starts at a 16-byte aligned address and
+/// is a whole number of 16-byte units, so that the decode kernels may move it in 16-byte units.
+/// Public: addresses, strides and the head dim.
+fn rows_in_units(t: &DevTensor, d: usize, es: usize) -> bool {
+    let unit = |x: i64| (x * es as i64).rem_euclid(16) == 0;
+    t.addr.is_multiple_of(16)
+        && unit(t.bs)
+        && unit(t.hs)
+        && unit(t.ss)
+        && (d * es).is_multiple_of(16)
 }
 
 /// The decode part of a plan.
@@ -202,9 +231,9 @@ impl DecCfg {
 struct DecPlan {
     /// Rows per KV head (`group · q_len`).
     r: usize,
-    /// Keys per score row (`kv_len` rounded up to a stage).
+    /// Keys per score row (`kv_len` rounded up to a `dec_weights` block).
     xpad: usize,
-    /// `dec_values` blocks per KV head.
+    /// `dec_values` column blocks per KV head (one more runs the rows' `l` chains).
     nslice: usize,
     /// KV heads (`batch · kv_heads`).
     nbkv: usize,
@@ -243,6 +272,8 @@ pub(crate) struct Plan {
     nkv: usize,
     bh: usize,
     dt: usize,
+    /// Bytes per element of the inputs.
+    es: usize,
     /// The decode kernels, for decode-shaped problems.
     dec: Option<DecPlan>,
 }
@@ -281,15 +312,19 @@ impl Exact {
                 smem: smem as u32,
             };
         }
-        let d = module.constant_i32::<7>("detattn_dec_cfg")?;
+        let d = module.constant_i32::<10>("detattn_dec_cfg")?;
+        let threads = |x: i32| (32..=1024).contains(&x) && x % 32 == 0;
         if !(1..=64).contains(&d[0])
-            || !(32..=1024).contains(&d[1])
-            || !(1..=1024).contains(&d[2])
-            || d[3] <= 0
-            || d[3] % TILE as i32 != 0
-            || !(32..=1024).contains(&d[4])
-            || !(1..=MAX_HEAD_DIM as i32).contains(&d[5])
-            || !(1..=256 * 1024).contains(&d[6])
+            || !threads(d[1])
+            || !threads(d[2])
+            || !threads(d[3])
+            || !(1..=1024).contains(&d[4])
+            || d[5] <= 0
+            || d[5] % TILE as i32 != 0
+            || !threads(d[6])
+            || !(1..=MAX_HEAD_DIM as i32).contains(&d[7])
+            || !(1..=256 * 1024).contains(&d[8])
+            || !(1..=256 * 1024).contains(&d[9])
         {
             return Err(Error::Cuda {
                 op: "cubin launch table",
@@ -299,11 +334,13 @@ impl Exact {
         let dec_cfg = DecCfg {
             rows: d[0] as usize,
             threads: d[1] as u32,
-            cols: d[2] as usize,
-            keys: d[3] as usize,
-            finish_threads: d[4] as u32,
-            narrow_dim: d[5] as usize,
-            values_smem: d[6] as u32,
+            scores_threads: d[2] as u32,
+            values_threads: d[3] as u32,
+            cols: d[4] as usize,
+            keys: d[5] as usize,
+            finish_threads: d[6] as u32,
+            narrow_dim: d[7] as usize,
+            values_smem: [d[8] as u32, d[9] as u32],
         };
         // Every Exact kernel takes one `Params` by value, the decode kernels one `DecParams`.
         let abi = [std::mem::size_of::<Params>()];
@@ -326,12 +363,16 @@ impl Exact {
             dec: [
                 by_dt_abi(
                     "detattn_dec_scores",
-                    dec_cfg.scores_smem(dec_cfg.narrow_dim),
+                    dec_cfg.scores_smem(dec_cfg.narrow_dim, 4),
                     &dec_abi,
                 )?,
                 by_dt_abi("detattn_dec_scores_wide", 0, &dec_abi)?,
                 by_dt_abi("detattn_dec_weights", 0, &dec_abi)?,
-                by_dt_abi("detattn_dec_values", dec_cfg.values_smem, &dec_abi)?,
+                by_dt_abi(
+                    "detattn_dec_values",
+                    dec_cfg.values_smem(2).max(dec_cfg.values_smem(4)),
+                    &dec_abi,
+                )?,
                 by_dt_abi("detattn_dec_finish", 0, &dec_abi)?,
             ],
             dec_cfg,
@@ -445,6 +486,7 @@ impl GpuPath for Exact {
             nkv,
             bh,
             dt: dtype.code() as usize,
+            es: dtype.size(),
             dec,
         })
     }
@@ -566,6 +608,7 @@ impl Exact {
         let s = p.shape();
         let layout = p.mask();
         let [x, tm, bk, acc, l, bv, al] = sc.dec;
+        let es = pl.es;
         let base = DecParams {
             io: IoArgs::of(io),
             x,
@@ -595,20 +638,26 @@ impl Exact {
             propagate: i32::from(p.nonfinite() == NonFinitePolicy::Propagate),
             bkv0: 0,
             scale: p.scale(),
+            k_vec: i32::from(rows_in_units(&io.k, s.head_dim, es)),
+            v_vec: i32::from(rows_in_units(&io.v, s.head_dim, es)),
         };
         let c = self.dec_cfg;
-        // (kernel, grid x, threads, dynamic shared bytes): scores one block per tile of keys (or
-        // per stage, past the narrow head dims), weights one per stage, chains one per column
-        // slice, division one per row.
+        // (kernel, grid x, threads, dynamic shared bytes): scores and weights one block per
+        // `keys` keys, chains one per column slice and one for the rows' l, division one per row.
         let scores = if s.head_dim <= c.narrow_dim {
-            (0, d.xpad / TILE, c.threads, c.scores_smem(s.head_dim))
+            (
+                0,
+                d.xpad / c.keys,
+                c.scores_threads,
+                c.scores_smem(s.head_dim, es),
+            )
         } else {
             (1, d.xpad / c.keys, c.threads, 0)
         };
         let steps = [
             scores,
             (2, d.xpad / c.keys, c.threads, 0),
-            (3, d.nslice, c.threads, c.values_smem),
+            (3, d.nslice + 1, c.values_threads, c.values_smem(es)),
             (4, d.r, c.finish_threads, 0),
         ];
         for (k, gx, threads, smem) in steps {

@@ -25,6 +25,14 @@ STAGES=("$@")
 declare -A RESULT
 ORDER=()
 
+sanitize_cases() {  # sanitize_cases NAME LIMIT_S TOOL: compute-sanitizer's TOOL on each CLI problem of P
+  local name=$1 limit=$2 tool=$3 args
+  for args in "${P[@]}"; do
+    # shellcheck disable=SC2086
+    stage "$name" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda $args
+  done
+}
+
 stage() {  # stage NAME LIMIT_S CMD...: run with a time limit, log, record the exit status
   local name=$1 limit=$2; shift 2
   echo "=== $name: $*" | tee -a "$OUT/$name.log"
@@ -77,10 +85,7 @@ for s in "${STAGES[@]}"; do
         "--path tensorcore --dtype f16 --batch 128 --q-heads 4 --kv-heads 2 --q-len 1 --kv-len 2100 --head-dim 64 --mask full"
       )
       for tool in memcheck racecheck initcheck synccheck; do
-        for args in "${P[@]}"; do
-          # shellcheck disable=SC2086
-          stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda $args
-        done
+        sanitize_cases sanitize 300 "$tool"
         stage sanitize 300 compute-sanitizer --tool "$tool" --error-exitcode 9 .carry/tests/cuda_exact \
           device_entry_rejects_nonfinite_and_bad_arguments_without_writing --test-threads 1
       done
@@ -134,10 +139,7 @@ for s in "${STAGES[@]}"; do
         "--dtype f16 --batch 3 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 2000 --head-dim 80 --kv-lens 2000,0,1999"
       )
       for tool in memcheck racecheck initcheck synccheck; do
-        for args in "${P[@]}"; do
-          # shellcheck disable=SC2086
-          stage decsan 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" run --backend cuda $args
-        done
+        sanitize_cases decsan 120 "$tool"
       done
       grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/decsan.log" | sort | uniq -c ;;
     exdec)

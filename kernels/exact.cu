@@ -1178,10 +1178,10 @@ __device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHea
 // Scores (§2, §3) of DEC_KT keys (four tiles of 64) for the R rows of one KV head, head dim ≤
 // DEC_DMAX, one thread per key of a tile. First a warp per query row runs §2 on it (largest
 // exponent by shuffles: exact, order-free) and stores it scaled and transposed, so that one
-// 16-byte broadcast load gives four rows' q_d, with the rows' key limits and mask rows. Then per
-// tile: its K rows staged raw in shared memory (cp.async where aligned), §2 by each thread on its
-// key row (two passes over it: the exponent, then the chains) and the chains of its key against
-// every row. Tiles past the last row's last valid key only get their markers (position).
+// 16-byte broadcast load gives four rows' q_d. Then per tile: its K rows staged raw in shared
+// memory (cp.async where aligned), §2 by each thread on its key row (two passes over it: the
+// exponent, then the chains) and the chains of its key against every row. A block whose tiles
+// are all past the last row's last valid key only writes their markers (position).
 template <class E>
 __device__ void dec_scores(const DecParams& P) {
     typedef typename E::T T;

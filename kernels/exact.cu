@@ -1049,9 +1049,8 @@ __host__ __device__ constexpr int dec_k_units(int d, int es) { return ((((d + 7)
 __host__ __device__ constexpr int dec_scores_smem(int d, int es) {
     return DEC_ST * dec_k_units(d, es) * 16 + ((d + 7) & ~7) * DEC_R * 4;
 }
+static_assert(dec_scores_smem(DEC_DMAX, 4) <= 101376, "dec_scores within sm_86/sm_89/sm_120's 99 KB");
 
-// dec_scores' work for rows in NG groups of four (R ≤ 4·NG), non-finite inputs handled (PROP)
-// or excluded by the caller's check (Reject: sanitising would be the identity).
 // dec_scores' shared state besides the staged rows: the query rows' shifts and the halves of
 // each tile's maxima and bad-key flags.
 struct DecRows {

@@ -4,7 +4,7 @@
 // ---------------------------------------------------------------------------------------- ABI
 // Kernels (extern "C"), one per dtype x head dim x causal, prefill (tc_fwd) and decode (tc_dec):
 //
-//   tc_{fwd,dec}_{f16,bf16}_d{64,128,256}[_causal](the 30 fields of struct TcArgs below, in order)
+//   tc_{fwd,dec}_{f16,bf16}_d{64,128,256}[_causal](the 33 fields of struct TcArgs below, in order)
 //   tc_merge_{f16,bf16}(TcMerge)   decode only: folds the key chunks' partials into the output
 //
 //   Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D] and the output O [B, Hq, Sq, D] are logical shapes:
@@ -18,6 +18,8 @@
 //   that sees no key is written as +0.  Finite inputs (any finite values and any finite
 //   scale > 0) always give finite outputs; non-finite inputs are the host's business (the NaN policy,
 //   with the tc_sanitize / tc_first_bad / tc_poison / tc_any_flag kernels at the end of this file).
+//   With `lse` non-NULL every written row also gets its log-sum-exp, f32, at lse[b*lse_bs + h*lse_hs
+//   + s] (docs/tensorcore-numerics.md §10; -inf for a row that sees no key).
 //
 // Launch configuration (also readable from the cubin as __constant__ int tc_cfg_d<D>[4] and
 // tc_cfg_dec_d<D>[4] = {BM, threads, dynamic smem bytes, BN}):
@@ -41,6 +43,8 @@
 // ---------------------------------------------------------------------------------------------
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+
+#include "numerics.cuh"  // the log of the log-sum-exp (docs/tensorcore-numerics.md §10)
 
 namespace tc {
 
@@ -81,6 +85,9 @@ struct TcArgs {
     float* part;                // 184  f32 scratch of the key-chunk fold (see the launch
                                 //      configuration above), or NULL when Skv <= TC_KCHUNK
     int chunk;                  // 192  prefill: the key chunk of this launch (decode: 0, unused)
+    float* lse;                 // 200  the rows' log-sum-exp (f32, row (b, h, s) at b*lse_bs + h*lse_hs
+                                //      + s; docs/tensorcore-numerics.md §10), or NULL (not asked)
+    long long lse_bs, lse_hs;   // 208
 };
 
 namespace tc {
@@ -166,6 +173,21 @@ __device__ __forceinline__ int visible_end(bool causal, int L, int rows_end, int
 // One fold step of a sum or an O element: x * a + RN(xc * b), one FFMA (§9 step 2).
 __device__ __forceinline__ float fold(float x, float a, float xc, float b) {
     return __fmaf_rn(x, a, __fmul_rn(xc, b));
+}
+
+// A row's log-sum-exp from its final state (docs/tensorcore-numerics.md §10): max M, the row's sum L
+// (quad-summed, folded), its sl2 · 2^sh, the dtype's BIAS. Every weight is ex2(s·sl2e + nms), so L
+// carries the factor 2^nms of the row's last rescale (nms formed from M exactly as the loop's last
+// tile, or the fold's last step, formed it) and ln Σ exp(x) = ln L - nms · ln 2. ln L is the Exact
+// path's log (numerics.cuh `log_unweighted` = ln L + 26 ln 2: integer and fma steps, no MUFU.LG2),
+// the 26 taken back out of nms. L = 0 (no key seen): -inf by selection; a NaN stays NaN.
+__device__ __forceinline__ float row_lse(float M, float L, float sl2r, float bias) {
+    const float mu = (M == TC_NEG_INF) ? 0.f : M;
+    const float nms = __fsub_rn(bias, __fmul_rn(mu, capped_scale(sl2r, mu)));
+    const float y = detattn::log_unweighted((L == 0.f) ? 1.f : L);
+    const float v = __fsub_rn(-(float)DA_LOG2_W_INV, nms);
+    const float lse = __fmaf_rn(v, DA_LN2_HI, __fmaf_rn(v, DA_LN2_LO, y));
+    return (L == 0.f) ? TC_NEG_INF : ((L != L) ? L : lse);
 }
 
 template <typename T>
@@ -903,6 +925,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
 #pragma unroll
                         for (int e = 0; e < 2; ++e)
                             oacc[0][dn][hf * 2 + e] = fold(sO[dn][hf * 2 + e], a, oacc[0][dn][hf * 2 + e], bw);
+                    mrow[0][hf] = fmaxf(sM[hf], mrow[0][hf]);  // the folded max (the log-sum-exp's)
                 }
             }
             if (more) {
@@ -936,6 +959,19 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             const bool seen = !(l == 0.f);
             const float inv = seen ? rcp(l) : 0.f;
             const int row = wrow + mt * 16 + (lane >> 2) + hf * 8;
+            if (A.lse != nullptr && (lane & 3) == 0) {  // a launch fact; one lane of the row's quad
+                // The row's place from fresh reads of %ctaid, as for the output rows below.
+                uint32_t lx, ly, lz;
+                asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(lx));
+                asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(ly));
+                asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(lz));
+                const int rr = DEC ? row : (CAUSAL ? (int)(gridDim.x - 1 - lx) : (int)lx) * BM + row;
+                if (rr < nrows) {  // position only
+                    const long long at = DEC ? (long long)((int)ly * G + rr / Sq) * A.lse_hs + rr % Sq
+                                             : (long long)ly * A.lse_hs + rr;
+                    A.lse[lz * A.lse_bs + at] = row_lse(mrow[mt][hf], l, row_sl2(mt, hf), Ty<T>::BIAS);
+                }
+            }
             auto fin = [&](float o) { return seen ? clamp_nan(__fmul_rn(o, inv), maxt) : 0.f; };
 #pragma unroll
             for (int dn = 0; dn < ND; ++dn) {
@@ -988,10 +1024,11 @@ using tc::uint32_t;
              long long q_bs, long long q_hs, long long k_bs, long long k_hs, long long v_bs,            \
              long long v_hs, long long o_bs, long long o_hs, long long msb, long long msh,              \
              long long msq, int q_ss, int k_ss, int v_ss, int o_ss, int B, int Hq, int Hkv, int Sq,     \
-             int Skv, float scale, int top_left, float* __restrict__ part, int chunk) {                 \
+             int Skv, float scale, int top_left, float* __restrict__ part, int chunk,                   \
+             float* __restrict__ lse, long long lse_bs, long long lse_hs) {                             \
         const TcArgs A{q,    k,    v,    o,    kv_lens, mask, q_bs, q_hs, k_bs,  k_hs,    v_bs, v_hs,  \
                        o_bs, o_hs, msb,  msh,  msq,     q_ss, k_ss, v_ss, o_ss,  B,       Hq,   Hkv,   \
-                       Sq,   Skv,  scale, top_left, part, chunk};                                       \
+                       Sq,   Skv,  scale, top_left, part, chunk, lse, lse_bs, lse_hs};                  \
         tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC>(A);                                            \
     }
 
@@ -1066,7 +1103,9 @@ struct TcMerge {
     int o_ss, Hq, Hkv, Sq;  //  40
     int Skv, D, nch;        //  56
     int causal, top_left;   //  68
-};                          //  80 bytes
+    float* lse;             //  80  the rows' log-sum-exp (as TcArgs), or NULL
+    long long lse_bs, lse_hs;  //  88
+};                          // 104 bytes
 
 namespace tc {
 
@@ -1105,6 +1144,8 @@ __device__ __forceinline__ void merge(const TcMerge& P) {
     const uint32_t packed = Ty<T>::pack(out, 0.f);
     T* orow = static_cast<T*>(P.o) + (b * P.o_bs + (hk * G + r / Sq) * P.o_hs + (long long)(r % Sq) * P.o_ss);
     reinterpret_cast<unsigned short*>(orow)[d] = (unsigned short)(packed & 0xffffu);
+    if (P.lse != nullptr && d == 0)  // a launch fact; one thread of the row
+        P.lse[b * P.lse_bs + (hk * G + r / Sq) * P.lse_hs + r % Sq] = row_lse(M, Ls, sl2r, Ty<T>::BIAS);
 }
 
 }  // namespace tc
@@ -1149,7 +1190,10 @@ struct TcPolicy {
     int causal;                 // 200
     int top_left;               // 204  causal alignment, as TcArgs
     int s_heads, s_seq;         // 208  sanitize: src's heads and rows per head (row = (b*s_heads + h)*s_seq + s)
-};                              // 216 bytes
+    float* lse;                 // 216  poison: the attention's log-sum-exp (as TcArgs), rewritten in
+                                //      place, or NULL
+    long long lse_bs, lse_hs;   // 224
+};                              // 240 bytes
 
 namespace tc {
 
@@ -1223,7 +1267,8 @@ __device__ __forceinline__ void first_bad(const TcPolicy& P) {
 
 // One warp per output row (b, h, i): bad = the query row was bad, or some valid key j (j < L, causal
 // j + Sq <= i + L, mask nonzero) has a bad K or V row (the Exact contract, docs/numerics.md 7). Then
-// every element of the row is rewritten: the canonical NaN where bad, else itself (bit selection).
+// every element of the row, and its log-sum-exp when there is one, is rewritten: the canonical NaN
+// where bad (f32 0x7FC00000 for the log-sum-exp), else itself (bit selection).
 template <typename T>
 __device__ __forceinline__ void poison(const TcPolicy& P) {
     const int lane = threadIdx.x & 31;
@@ -1254,6 +1299,10 @@ __device__ __forceinline__ void poison(const TcPolicy& P) {
         w.z = (w.z & ~sel) | (N2 & sel);
         w.w = (w.w & ~sel) | (N2 & sel);
         o[c] = w;
+    }
+    if (P.lse != nullptr && lane == 0) {  // a launch fact
+        float* l = P.lse + (b * P.lse_bs + h * P.lse_hs + i);
+        *l = __uint_as_float((__float_as_uint(*l) & ~sel) | (0x7FC00000u & sel));
     }
 }
 

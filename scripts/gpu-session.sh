@@ -4,7 +4,7 @@
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize decsan d7 planted bench quickbench exdec dudect tcbench tcdudect kvcache
+#   stages: info selftest tests sanitize decsan tclse d7 planted bench quickbench exdec dudect tcbench tcdudect kvcache
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -142,6 +142,21 @@ for s in "${STAGES[@]}"; do
         sanitize_cases decsan 120 "$tool"
       done
       grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/decsan.log" | sort | uniq -c ;;
+    tclse)
+      # compute-sanitizer's four tools on the TensorCore kernels writing the log-sum-exp: a split
+      # decode and its merge under Propagate (poison), with a batch element without keys; a
+      # prefill of two chunk launches with a mask; a decode folding every chunk in one block
+      # (B·Hkv = 256); a varlen batch.
+      P=(
+        "--path tensorcore --dtype bf16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 4500 --head-dim 128 --kv-lens 4500,0 --nonfinite propagate --lse"
+        "--path tensorcore --dtype f16 --batch 1 --q-heads 4 --kv-heads 2 --q-len 40 --kv-len 2500 --head-dim 256 --causal --mask full --lse"
+        "--path tensorcore --dtype f16 --batch 128 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 2100 --head-dim 64 --lse"
+        "--path tensorcore --dtype bf16 --q-heads 4 --kv-heads 1 --head-dim 64 --seqlens-q 1,9,0 --seqlens-k 40,9,5 --causal --lse"
+      )
+      for tool in memcheck racecheck initcheck synccheck; do
+        sanitize_cases tclse 200 "$tool"
+      done
+      grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/tclse.log" | sort | uniq -c ;;
     exdec)
       # The Exact decode targets side by side with SDPA (dec1, decode B32), then each decode
       # kernel's own time under Nsight Compute (one call of each shape, bf16).

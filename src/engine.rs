@@ -7,9 +7,11 @@ use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::path::Path;
 use crate::problem::Problem;
+#[cfg(feature = "cuda")]
+use crate::tensor::Tensor;
 use crate::tensor::{
-    Fit, KvCache, Layout, Operand, Operands, Paging, Qkv, QkvCache, Tensor, TensorMut,
-    check_cache_call, check_call,
+    Fit, KvCache, Layout, Operand, Operands, Paging, Qkv, QkvCache, TensorMut, check_cache_call,
+    check_call,
 };
 use std::fmt;
 
@@ -218,9 +220,9 @@ impl Engine {
     /// row of the table ([`Error::CacheCapacity`]) and the entries it uses
     /// ([`Error::BlockTableEntry`]); the mask; the output; `lse`'s length. On error nothing is
     /// written. A GPU engine runs paged caches (gathered into the tensors they stand for on the
-    /// host, then uploaded) and variable-length problems; the log-sum-exp on the `Exact` path (the
-    /// CPU's bits), while the `TensorCore` path returns [`Error::FeatureUnavailable`] for it
-    /// (never ignores it).
+    /// host, then uploaded) and variable-length problems, and writes the log-sum-exp on both
+    /// paths: on `Exact` the CPU's bits, on `TensorCore` the bits of
+    /// docs/tensorcore-numerics.md §10 (close to `Exact`'s, not equal).
     pub fn run_cache<T: Element>(
         &self,
         problem: &Problem,

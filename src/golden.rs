@@ -73,18 +73,15 @@ impl GoldenCase {
     }
 
     /// Whether `path` takes this problem (the `TensorCore` path: f16/bf16, head_dim 64, 128 or
-    /// 256, no log-sum-exp).
+    /// 256).
     pub fn runs_on(&self, path: Path) -> bool {
         match path {
             Path::Exact => true,
-            Path::TensorCore => {
-                self.dtype != DType::F32 && [64, 128, 256].contains(&self.dims.5) && !self.lse
-            }
+            Path::TensorCore => self.dtype != DType::F32 && [64, 128, 256].contains(&self.dims.5),
         }
     }
 
-    /// Whether the case's digest is of the log-sum-exp, which the `TensorCore` path does not
-    /// write yet (`Error::FeatureUnavailable`; `Exact` writes it on every backend).
+    /// Whether the case's digest is of the log-sum-exp rather than of the output.
     pub fn asks_lse(&self) -> bool {
         self.lse
     }
@@ -466,8 +463,10 @@ pub fn cases() -> Vec<GoldenCase> {
             )),
             64,
         ),
-        // The log-sum-exp output (numerics.md §10): rows with no valid key (−inf), causal, GQA,
-        // a mask with blank rows, and a varlen batch.
+        // The log-sum-exp output (numerics.md §10, tensorcore-numerics.md §10): rows with no
+        // valid key (−inf), causal, GQA, a mask with blank rows, a varlen batch, and past the
+        // TensorCore key chunk (2048 keys) a split decode (its merge) and a prefill in two
+        // chunk launches.
         with_lse(lens(
             causal(case(
                 "f32_lse_gqa_kv_lens_causal",
@@ -490,6 +489,21 @@ pub fn cases() -> Vec<GoldenCase> {
             64,
             F16,
             46,
+        ))),
+        with_lse(lens(
+            case(
+                "bf16_lse_decode_split_gqa",
+                (2, 8, 2, 1, 4500, 128),
+                Bf16,
+                47,
+            ),
+            &[4500, 0],
+        )),
+        with_lse(causal(case(
+            "f16_lse_d256_prefill_split_causal",
+            (1, 2, 1, 40, 2500, 256),
+            F16,
+            48,
         ))),
     ]
 }

@@ -30,7 +30,8 @@
 //!   ([`ProblemBuilder::varlen`]) each sequence gets the bits of that sequence computed alone;
 //!   both on either backend and path (on the GPU also through the device entry points). The
 //!   optional log-sum-exp per query row has the bits of `docs/numerics.md` §10 on the `Exact`
-//!   path (CPU = GPU); the `TensorCore` path returns [`Error::FeatureUnavailable`] for it.
+//!   path (CPU = GPU) and of `docs/tensorcore-numerics.md` §10 on the `TensorCore` path (D1–D5
+//!   like its output).
 //! - **What runs is what was audited**: the GPU kernels are embedded cubins checked against their
 //!   recorded SHA-256 before loading; no environment variable, file or argument of a default build
 //!   changes which machine code runs (the test-only override needs the `test-override` feature).

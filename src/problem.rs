@@ -502,6 +502,7 @@ impl Problem {
     /// packed query row against every packed key, no causality): what the `Reject` scan reads,
     /// since every packed row is an input (the CPU's scan reads them all too). Without varlen,
     /// the problem itself.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the GPU paths' scan
     pub(crate) fn packed(&self) -> Problem {
         Problem {
             varlen: None,

@@ -396,6 +396,7 @@ impl<T: Element> PagedKv<'_, T> {
     /// are finite, so the `Reject` scan of these tensors finds what the cache's own scan
     /// ([`reject_nonfinite`]) finds. For entry points that take K and V as tensors (the GPU's
     /// host entry). The cache has passed [`check_cache_call`] for `p`.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the GPU's host entry
     pub(crate) fn as_tensors(&self, p: &Problem) -> (Vec<T>, Vec<T>, Layout) {
         let (_, [b, hkv, skv, d]) = dims(p);
         let layout = Layout::bhsd(hkv, skv, d);

@@ -3,7 +3,8 @@
 //! and every pair of the four kernels the host picks per dtype and head dim, prefill or decode,
 //! causal or not, held equal on the rows their problems share; and past 2048 keys, every way the
 //! key split runs — split decode and merge, decode folding in one block, prefill in chunk
-//! launches — held to the same rows), D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
+//! launches — held to the same rows; these three hold each row's log-sum-exp to the same bits
+//! too), D4 (query subsets), D5 (two streams at once), D1 and D2 also under `Propagate` with NaN/±inf
 //! planted, the error against the CPU `Exact` path on 300 random problems, finite output at the
 //! dtypes' extreme magnitudes, `Propagate` against the CPU `Exact` engine's NaN rows, the golden
 //! digests per architecture (all finite), the timing API, and the typed errors of the path.
@@ -20,6 +21,7 @@
 #![cfg(feature = "cuda")]
 
 mod gpu_common;
+mod kvcache_common;
 
 use detattn::cuda::{self, CudaSlice, DeviceRepr};
 use detattn::inputs::{GenOptions, SplitMix64, generate};
@@ -136,7 +138,27 @@ fn sanitized<T: Element>(x: &Inputs<T>) -> Inputs<T> {
 
 static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// `e.run`, with the planted fault of `DETATTN_TC_PLANT` (module docs) when it is set.
+/// `p`, or under `DETATTN_TC_PLANT` (module docs) every third call's `p` with the fault planted.
+fn planted(p: &Problem) -> detattn::Result<Problem> {
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if std::env::var_os("DETATTN_TC_PLANT").is_none() || n % 3 != 2 {
+        return Ok(p.clone());
+    }
+    let mut pb = Problem::builder(*p.shape())
+        .causal(p.causal())
+        .causal_align(p.causal_align())
+        .scale(p.scale() * 1.05)
+        .nonfinite(p.nonfinite());
+    if let Some(l) = p.kv_lens() {
+        pb = pb.kv_lens(l.to_vec());
+    }
+    if let Some(m) = p.mask() {
+        pb = pb.mask(m);
+    }
+    pb.build()
+}
+
+/// `e.run` (with the planted fault of `DETATTN_TC_PLANT` when it is set).
 fn run_raw<T: Element>(
     e: &Engine,
     p: &Problem,
@@ -145,25 +167,29 @@ fn run_raw<T: Element>(
     v: &[T],
     mask: Option<&[bool]>,
 ) -> detattn::Result<Vec<T>> {
-    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if std::env::var_os("DETATTN_TC_PLANT").is_some() && n % 3 == 2 {
-        let mut pb = Problem::builder(*p.shape())
-            .causal(p.causal())
-            .scale(p.scale() * 1.05)
-            .nonfinite(p.nonfinite());
-        if let Some(l) = p.kv_lens() {
-            pb = pb.kv_lens(l.to_vec());
-        }
-        if let Some(m) = p.mask() {
-            pb = pb.mask(m);
-        }
-        return e.run(&pb.build()?, q, k, v, mask);
-    }
-    e.run(p, q, k, v, mask)
+    e.run(&planted(p)?, q, k, v, mask)
+}
+
+/// The output and each query row's log-sum-exp (`Engine::run_cache`; the plant as `run_raw`).
+fn run_raw_lse<T: Element>(
+    e: &Engine,
+    p: &Problem,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    mask: Option<&[bool]>,
+) -> detattn::Result<(Vec<T>, Vec<f32>)> {
+    let p = planted(p)?;
+    kvcache_common::run_cache_on(e, &p, q, kvcache_common::contiguous(&p, k, v), mask, true)
 }
 
 fn run<T: Element>(e: &Engine, p: &Problem, x: &Inputs<T>) -> Vec<T> {
     run_raw(e, p, &x.q, &x.k, &x.v, x.mask.as_deref())
+        .unwrap_or_else(|err| panic!("tensorcore run failed: {err}"))
+}
+
+fn run_lse<T: Element>(e: &Engine, p: &Problem, x: &Inputs<T>) -> (Vec<T>, Vec<f32>) {
+    run_raw_lse(e, p, &x.q, &x.k, &x.v, x.mask.as_deref())
         .unwrap_or_else(|err| panic!("tensorcore run failed: {err}"))
 }
 
@@ -326,8 +352,8 @@ fn d2_batch_1_to_64() {
 // ------------------------------------------------------------------------------------ D3
 
 /// Decode step `i` (one query row against keys `[0, i]` through kv_lens) gives the bits of row
-/// `i` of the causal prefill, for every `i`, through the decode kernel (G = 4) and, for MQA
-/// with G = 32, through the prefill kernel used as a decoder.
+/// `i` of the causal prefill, and of its log-sum-exp, for every `i`, through the decode kernel
+/// (G = 4) and, for MQA with G = 32, through the prefill kernel used as a decoder.
 fn d3_one<T: Element>(e: &Engine, d: usize) {
     let configs: &[(usize, usize, bool)] = if d == 128 {
         &[(8, 2, false), (8, 2, true), (32, 1, false)]
@@ -339,14 +365,14 @@ fn d3_one<T: Element>(e: &Engine, d: usize) {
         let layout = masked.then_some(MaskLayout::SHARED);
         let pre_p = problem((1, hq, hkv, s, s, d), true, None, layout);
         let x = inputs::<T>(&pre_p, 300 + d as u64);
-        let pre = run(e, &pre_p, &x);
+        let (pre, pre_lse) = run_lse(e, &pre_p, &x);
         for i in 0..s {
             let dp = problem((1, hq, hkv, 1, s, d), false, Some(vec![i + 1]), layout);
             let q: Vec<T> = (0..hq)
                 .flat_map(|h| x.q[(h * s + i) * d..(h * s + i + 1) * d].iter().copied())
                 .collect();
             let mask = x.mask.as_ref().map(|m| m[i * s..(i + 1) * s].to_vec());
-            let step = run_raw(e, &dp, &q, &x.k, &x.v, mask.as_deref())
+            let (step, step_lse) = run_raw_lse(e, &dp, &q, &x.k, &x.v, mask.as_deref())
                 .unwrap_or_else(|err| panic!("decode run: {err}"));
             for h in 0..hq {
                 let want = &pre[(h * s + i) * d..(h * s + i + 1) * d];
@@ -355,6 +381,14 @@ fn d3_one<T: Element>(e: &Engine, d: usize) {
                     "D3 {} d{d} Hq{hq} Hkv{hkv} mask={masked}: decode step {i}, head {h} \
                      differs from the causal prefill row",
                     tname::<T>()
+                );
+                assert!(
+                    step_lse[h].to_bits() == pre_lse[h * s + i].to_bits(),
+                    "D3 {} d{d} Hq{hq} Hkv{hkv} mask={masked}: decode step {i}, head {h}: \
+                     log-sum-exp {} against the causal prefill row's {}",
+                    tname::<T>(),
+                    step_lse[h],
+                    pre_lse[h * s + i]
                 );
             }
         }
@@ -383,7 +417,7 @@ const SPLIT_ROWS: [usize; 14] = [
 ];
 
 /// With more keys than one chunk, the rows of a causal prefill (one launch per chunk, each folding
-/// into the state of the last) equal: decode steps through the split decode launch and its merge,
+/// into the state of the last), and their log-sum-exp, equal: decode steps through the split decode launch and its merge,
 /// alone (key length `i + 1` by kv_lens, or by a cache of exactly `i + 1` keys: one chunk or a
 /// split) and batched with other steps (ragged chunk counts in one launch; D2, D3); windows of
 /// query rows through the prefill kernel (D4). With a mask too, whose rows 2100..2300 hide every
@@ -401,8 +435,9 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
                 }
             }
         }
-        let pre = run(e, &pre_p, &x);
+        let (pre, pre_lse) = run_lse(e, &pre_p, &x);
         let want = |h: usize, i: usize| &pre[(h * s + i) * d..][..d];
+        let want_lse = |h: usize, i: usize| pre_lse[h * s + i].to_bits();
         let q_row = |h: usize, i: usize| &x.q[(h * s + i) * d..][..d];
         let mask_row = |h: usize, i: usize| x.mask.as_ref().map(|m| &m[(h * s + i) * s..][..s]);
         let what = |how: &str, i: usize, h: usize| {
@@ -421,12 +456,17 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
                     .collect()
             });
             let dp = problem((1, hq, hkv, 1, s, d), false, Some(vec![i + 1]), layout);
-            let got = run_raw(e, &dp, &q, &x.k, &x.v, mask.as_deref()).expect("decode");
+            let (got, lse) = run_raw_lse(e, &dp, &q, &x.k, &x.v, mask.as_deref()).expect("decode");
             for h in 0..hq {
                 assert!(
                     bits(&got[h * d..][..d]) == bits(want(h, i)),
                     "{}",
                     what("decode by kv_lens", i, h)
+                );
+                assert!(
+                    lse[h].to_bits() == want_lse(h, i),
+                    "{}",
+                    what("log-sum-exp of decode by kv_lens", i, h)
                 );
             }
             let n = i + 1;
@@ -441,12 +481,18 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
                     .collect()
             });
             let dp = problem((1, hq, hkv, 1, n, d), false, None, layout);
-            let got = run_raw(e, &dp, &q, &cut(&x.k), &cut(&x.v), mcut.as_deref()).expect("decode");
+            let (got, lse) =
+                run_raw_lse(e, &dp, &q, &cut(&x.k), &cut(&x.v), mcut.as_deref()).expect("decode");
             for h in 0..hq {
                 assert!(
                     bits(&got[h * d..][..d]) == bits(want(h, i)),
                     "{}",
                     what("decode, cache of i + 1 keys", i, h)
+                );
+                assert!(
+                    lse[h].to_bits() == want_lse(h, i),
+                    "{}",
+                    what("log-sum-exp of decode, cache of i + 1 keys", i, h)
                 );
             }
         }
@@ -476,14 +522,20 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
                 Some(steps.iter().map(|i| i + 1).collect()),
                 layout,
             );
-            let got =
-                run_raw(e, &dp, &bq, &bk, &bv, masked.then_some(&bm[..])).expect("batched decode");
+            let (got, lse) = run_raw_lse(e, &dp, &bq, &bk, &bv, masked.then_some(&bm[..]))
+                .expect("batched decode");
             for (b, &i) in steps.iter().enumerate() {
                 for h in 0..hq {
+                    let how = format!("batched decode (batch element {b} of {nb})");
                     assert!(
                         bits(&got[(b * hq + h) * d..][..d]) == bits(want(h, i)),
                         "{}",
-                        what(&format!("batched decode (batch element {b} of {nb})"), i, h)
+                        what(&how, i, h)
+                    );
+                    assert!(
+                        lse[b * hq + h].to_bits() == want_lse(h, i),
+                        "{}",
+                        what(&format!("log-sum-exp of {how}"), i, h)
                     );
                 }
             }
@@ -501,17 +553,19 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
                     })
                     .collect()
             });
-            let got = run_raw(e, &wp, &wq, &x.k, &x.v, wm.as_deref()).expect("window");
+            let (got, lse) = run_raw_lse(e, &wp, &wq, &x.k, &x.v, wm.as_deref()).expect("window");
             for h in 0..hq {
                 for (r, i) in (a..a + w).enumerate() {
+                    let how = format!("window [{a}, {}) through the prefill kernel", a + w);
                     assert!(
                         bits(&got[(h * w + r) * d..][..d]) == bits(want(h, i)),
                         "{}",
-                        what(
-                            &format!("window [{a}, {}) through the prefill kernel", a + w),
-                            i,
-                            h
-                        )
+                        what(&how, i, h)
+                    );
+                    assert!(
+                        lse[h * w + r].to_bits() == want_lse(h, i),
+                        "{}",
+                        what(&format!("log-sum-exp of {how}"), i, h)
                     );
                 }
             }
@@ -528,7 +582,8 @@ fn d2_d3_d4_across_key_chunks() {
     loud(&format!(
         "key split: causal prefill of {SPLIT_S} keys (3 chunks) = decode alone ({} rows x 2 \
          cache forms), batched decode (6 steps: split and merged; 128 steps: folded in one \
-         block), prefill windows (5), with and without a mask, every dtype and head dim",
+         block), prefill windows (5), with and without a mask, every dtype and head dim; \
+         outputs and log-sum-exp bit for bit",
         SPLIT_ROWS.len()
     ));
 }
@@ -559,8 +614,8 @@ fn d2_d3_d4_across_key_chunks() {
 //   row; the reference with and without a random boolean mask (every 11th query row fully masked:
 //   rows that see no key, +0 in every kernel).
 //
-// Every row of every such problem must be the reference row's bits. By transitivity every pair of
-// the four kernels is held equal wherever their problems overlap.
+// Every row of every such problem must be the reference row's bits, and so must its log-sum-exp.
+// By transitivity every pair of the four kernels is held equal wherever their problems overlap.
 
 /// Query rows the host gives to the decode kernel at most (src/cuda/tensorcore.rs `plan`: G·Sq ≤
 /// `tc_cfg_dec_d<D>[0]`, which is `Cfg<…, DEC>::BM` = 16 in kernels/tensorcore.cu).
@@ -642,6 +697,8 @@ enum PairPlant {
     RowShift,
     /// Give every route (but `TopLeft`) one key more than the reference row sees.
     ExtraKey,
+    /// Compare each row's log-sum-exp with the bits of the reference row's plus one.
+    LseUlp,
 }
 
 /// Rows compared per kernel (by name), mismatching rows per route, and the first mismatch.
@@ -653,11 +710,12 @@ struct PairCounts {
     first: Option<String>,
 }
 
-/// The reference's inputs and output; its heads are query heads 0..8, kv head h / 4.
+/// The reference's inputs, output and log-sum-exp; its heads are query heads 0..8, kv head h / 4.
 struct PairRef<T> {
     d: usize,
     x: Inputs<T>,
     out: Vec<T>,
+    lse: Vec<f32>,
 }
 
 impl<T: Element> PairRef<T> {
@@ -666,6 +724,9 @@ impl<T: Element> PairRef<T> {
     }
     fn out_row(&self, h: usize, i: usize) -> &[T] {
         &self.out[(h * PAIR_S + i) * self.d..][..self.d]
+    }
+    fn lse_row(&self, h: usize, i: usize) -> u32 {
+        self.lse[h * PAIR_S + i].to_bits()
     }
     /// The reference's mask row (true everywhere without a mask).
     fn mask_row(&self, h: usize, i: usize) -> Vec<bool> {
@@ -763,10 +824,13 @@ fn route_case<T: Element>(
     (p, x, want)
 }
 
+/// What `kernel_pairs` runs a problem with: its output and log-sum-exp.
+type PairRunner<'a, T> = &'a dyn Fn(&Problem, &Inputs<T>) -> (Vec<T>, Vec<f32>);
+
 /// The reference of (T, d), masked or not, and every route compared with it through `run`.
 fn kernel_pairs<T: Element>(
     d: usize,
-    run: &dyn Fn(&Problem, &Inputs<T>) -> Vec<T>,
+    run: PairRunner<'_, T>,
     plant: PairPlant,
     n: &mut PairCounts,
 ) {
@@ -779,12 +843,13 @@ fn kernel_pairs<T: Element>(
             layout,
         );
         let x = inputs::<T>(&p, 900 + d as u64 + u64::from(masked));
-        let out = run(&p, &x);
+        let (out, lse) = run(&p, &x);
         *n.rows.entry(kernel_name::<T>(&p)).or_default() += PAIR_HKV * PAIR_G * PAIR_S;
-        let rf = PairRef { d, x, out };
+        let rf = PairRef { d, x, out, lse };
+        let lse_plant = u32::from(plant == PairPlant::LseUlp);
         for r in pair_routes() {
             let (rp, rx, want) = route_case(&rf, &r, plant);
-            let got = run(&rp, &rx);
+            let (got, got_lse) = run(&rp, &rx);
             let kernel = kernel_name::<T>(&rp);
             let mut bad = 0;
             for (row, &(h, i)) in want.iter().enumerate() {
@@ -792,23 +857,28 @@ fn kernel_pairs<T: Element>(
                     continue; // only under PairPlant::RowShift
                 }
                 *n.rows.entry(kernel.clone()).or_default() += 1;
-                if bits(&got[row * d..][..d]) != bits(rf.out_row(h, i)) {
-                    bad += 1;
-                    n.first.get_or_insert_with(|| {
-                        let s = rp.shape();
-                        format!(
-                            "{kernel} ({r:?}, mask={masked}; B {} Hq {} Sq {}): output row {row} \
-                             (batch {}, head {}, row {}) differs from row {i} of head {h} of the \
-                             causal prefill",
-                            s.batch,
-                            s.q_heads,
-                            s.q_len,
-                            row / (s.q_heads * s.q_len),
-                            row / s.q_len % s.q_heads,
-                            row % s.q_len,
-                        )
-                    });
-                }
+                let what = if bits(&got[row * d..][..d]) != bits(rf.out_row(h, i)) {
+                    "output row"
+                } else if got_lse[row].to_bits() != rf.lse_row(h, i).wrapping_add(lse_plant) {
+                    "log-sum-exp of row"
+                } else {
+                    continue;
+                };
+                bad += 1;
+                n.first.get_or_insert_with(|| {
+                    let s = rp.shape();
+                    format!(
+                        "{kernel} ({r:?}, mask={masked}; B {} Hq {} Sq {}): {what} {row} (batch \
+                         {}, head {}, row {}) differs from row {i} of head {h} of the causal \
+                         prefill",
+                        s.batch,
+                        s.q_heads,
+                        s.q_len,
+                        row / (s.q_heads * s.q_len),
+                        row / s.q_len % s.q_heads,
+                        row % s.q_len,
+                    )
+                });
             }
             n.mismatches += bad;
             n.route_mismatches.push((r, bad));
@@ -834,7 +904,7 @@ fn assert_every_kernel<T: Element>(d: usize, n: &PairCounts) {
 /// have been exercised. The rows compared per kernel.
 fn pairs_clean<T: Element>(
     d: usize,
-    run: &dyn Fn(&Problem, &Inputs<T>) -> Vec<T>,
+    run: PairRunner<'_, T>,
 ) -> std::collections::BTreeMap<String, usize> {
     let mut n = PairCounts::default();
     kernel_pairs::<T>(d, run, PairPlant::None, &mut n);
@@ -849,17 +919,20 @@ fn pairs_clean<T: Element>(
 }
 
 fn pairs_one<T: Element>(e: &Engine, d: usize, total: &mut PairCounts) {
-    for (k, c) in pairs_clean::<T>(d, &|p, x| run(e, p, x)) {
+    for (k, c) in pairs_clean::<T>(d, &|p, x| run_lse(e, p, x)) {
         *total.rows.entry(k).or_default() += c;
     }
 }
 
+/// `p` on the CPU `Exact` engine: output and log-sum-exp.
+fn cpu_lse<T: Element>(cpu: &Engine, p: &Problem, x: &Inputs<T>) -> (Vec<T>, Vec<f32>) {
+    let kv = kvcache_common::contiguous(p, &x.k, &x.v);
+    kvcache_common::run_cache_on(cpu, p, &x.q, kv, x.mask.as_deref(), true).expect("cpu exact")
+}
+
 /// The CPU `Exact` engine as the runner of `kernel_pairs`.
 fn pairs_cpu<T: Element>(cpu: &Engine, d: usize) {
-    pairs_clean::<T>(d, &|p, x| {
-        cpu.run(p, &x.q, &x.k, &x.v, x.mask.as_deref())
-            .expect("cpu exact")
-    });
+    pairs_clean::<T>(d, &|p, x| cpu_lse(cpu, p, x));
 }
 
 #[test]
@@ -891,11 +964,8 @@ fn every_pair_of_kernels_agrees_where_their_problems_overlap() {
 fn kernel_pairs_logic_on_cpu() {
     let cpu = Engine::cpu();
     each_type_and_dim!(pairs_cpu, &cpu);
-    let run_cpu = |p: &Problem, x: &Inputs<f16>| -> Vec<f16> {
-        cpu.run(p, &x.q, &x.k, &x.v, x.mask.as_deref())
-            .expect("cpu exact")
-    };
-    for plant in [PairPlant::RowShift, PairPlant::ExtraKey] {
+    let run_cpu = |p: &Problem, x: &Inputs<f16>| cpu_lse(&cpu, p, x);
+    for plant in [PairPlant::RowShift, PairPlant::ExtraKey, PairPlant::LseUlp] {
         let mut n = PairCounts::default();
         kernel_pairs::<f16>(64, &run_cpu, plant, &mut n);
         for (r, bad) in &n.route_mismatches {
@@ -1141,22 +1211,24 @@ fn error_against_cpu_exact_on_300_random_problems() {
 
 // --------------------------------------------------------------------------- golden digests
 
-/// A golden case's digest through `run_raw`, and how many outputs are not finite.
+/// A golden case's digest (of the output, or of the log-sum-exp where the case asks for it)
+/// through `run_raw`/`run_raw_lse`, and how many outputs are not finite.
 fn own_digest<T: Element>(case: &golden::GoldenCase, e: &Engine) -> (detattn::Digest, usize) {
     let p = case.problem();
     let x = generate::<T>(&p, case.inputs);
-    let out = run_raw(e, &p, &x.q, &x.k, &x.v, x.mask.as_deref()).expect("golden run");
+    let (out, lse) = run_raw_lse(e, &p, &x.q, &x.k, &x.v, x.mask.as_deref()).expect("golden run");
     let s = p.shape();
     let nonfinite = out.iter().filter(|v| !v.to_f32().is_finite()).count();
-    (
+    let dg = if case.asks_lse() {
+        detattn::lse_digest(Path::TensorCore, &p, &lse)
+    } else {
         detattn::digest(
             Path::TensorCore,
             [s.batch, s.q_heads, s.q_len, s.head_dim],
             &out,
         )
-        .expect("digest"),
-        nonfinite,
-    )
+    };
+    (dg.expect("digest"), nonfinite)
 }
 
 #[test]
@@ -1189,8 +1261,6 @@ fn golden_digests_per_architecture() {
         } else {
             match r {
                 Err(Error::HeadDimUnsupported { .. }) | Err(Error::DTypeUnsupported { .. }) => {}
-                // LSE cases: the TensorCore path does not write it yet.
-                Err(Error::FeatureUnavailable { .. }) if case.asks_lse() => {}
                 other => panic!("{}: expected a typed refusal, got {other:?}", case.name),
             }
         }

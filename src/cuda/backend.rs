@@ -196,8 +196,7 @@ impl CudaBackend {
         launch::pool_usage(&self.dev.ctx, true).map(|(used, _)| used)
     }
 
-    /// Host tensors in and out, and the log-sum-exp when asked (the Exact path only: the
-    /// TensorCore path returns [`Error::FeatureUnavailable`] for it); the engine has checked them
+    /// Host tensors in and out, and the log-sum-exp when asked; the engine has checked them
     /// (`tensor::check_call`, `tensor::check_cache_call`).
     pub(crate) fn run_host<T: Element>(
         &self,
@@ -207,10 +206,6 @@ impl CudaBackend {
         out: TensorMut<'_, T>,
         lse: Option<&mut [f32]>,
     ) -> Result<()> {
-        if lse.is_some() && path == Path::TensorCore {
-            let backend = format!("{} ({path} path)", self.describe());
-            return Err(super::lse_unavailable(&backend));
-        }
         with_path!(self, path, |m| entry::run_host(
             &self.dev, m, p, x, out, lse
         ))

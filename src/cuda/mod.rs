@@ -60,16 +60,6 @@ pub fn check_path(path: Path, p: &Problem, dtype: DType) -> Result<()> {
     }
 }
 
-/// The log-sum-exp asked of a path that does not write it (the TensorCore path: its operation
-/// sequence has no defined log-sum-exp yet, docs/tensorcore-numerics.md).
-pub(crate) fn lse_unavailable(backend: &str) -> Error {
-    Error::FeatureUnavailable {
-        feature: "the log-sum-exp output",
-        backend: backend.to_string(),
-        reason: "the TensorCore path does not write it yet; the Exact path (CPU and GPU) does",
-    }
-}
-
 /// A GPU as seen by the probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {

@@ -25,7 +25,6 @@
 //! whatever the values: only the policy and the shape choose them.
 
 use super::launch::{Kernel, Launch, Module, within_grid_yz};
-use super::lse_unavailable;
 use super::path::{DevTensor, GpuPath, Io, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result, TensorName};
@@ -121,6 +120,9 @@ struct TcArgs {
     top_left: i32,
     part: u64,
     chunk: i32,
+    lse: u64,
+    lse_bs: i64,
+    lse_hs: i64,
 }
 
 fn bytes<T: Pod>(x: &T) -> Vec<u8> {
@@ -162,13 +164,17 @@ impl TcArgs {
             bytes(&a.top_left),
             bytes(&a.part),
             bytes(&a.chunk),
+            bytes(&a.lse),
+            bytes(&a.lse_bs),
+            bytes(&a.lse_hs),
         ]
     }
 }
 
 /// The one by-value parameter of the `tc_sanitize_*`, `tc_first_bad`, `tc_poison_*` and
 /// `tc_any_flag` kernels: field for field the `TcPolicy` struct of kernels/tensorcore.cu (11
-/// device addresses, 11 `long long`s, 10 `int`s: 216 bytes). Change both together, and the byte
+/// device addresses, 11 `long long`s, 10 `int`s, then the log-sum-exp's address and its 2
+/// `long long` strides: 240 bytes). Change both together, and the byte
 /// ranges of their audit/rules.toml entries.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
@@ -205,12 +211,15 @@ struct TcPolicy {
     top_left: i32,
     s_heads: i32,
     s_seq: i32,
+    lse: u64,
+    lse_bs: i64,
+    lse_hs: i64,
 }
 
-const _: () = assert!(std::mem::size_of::<TcPolicy>() == 216);
+const _: () = assert!(std::mem::size_of::<TcPolicy>() == 240);
 
 /// The one by-value parameter of `tc_merge_*`: field for field the `TcMerge` struct of
-/// kernels/tensorcore.cu (80 bytes; `_pad` is its trailing padding). Change both together, and
+/// kernels/tensorcore.cu (104 bytes; `_pad` is the padding before `lse`). Change both together, and
 /// the byte ranges of its audit/rules.toml entry.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
@@ -230,9 +239,12 @@ struct TcMerge {
     causal: i32,
     top_left: i32,
     _pad: i32,
+    lse: u64,
+    lse_bs: i64,
+    lse_hs: i64,
 }
 
-const _: () = assert!(std::mem::size_of::<TcMerge>() == 80);
+const _: () = assert!(std::mem::size_of::<TcMerge>() == 104);
 
 fn dtype_index(dtype: DType) -> Result<usize> {
     match dtype {
@@ -445,10 +457,6 @@ impl GpuPath for TensorCore {
         scratch: &[u64],
         step: Step,
     ) -> Result<Vec<Launch>> {
-        if io.lse.addr != 0 {
-            // The entry points refuse it first (Engine::run_cache); never a silent omission.
-            return Err(lse_unavailable("tensorcore"));
-        }
         let sc = match *scratch {
             [words, flags, first, cq, ck, cv, part] => Scratch {
                 words,
@@ -620,6 +628,9 @@ impl TensorCore {
             top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
             part: if self.uses_part(p, plan) { part } else { 0 },
             chunk: 0,
+            lse: io.lse.addr,
+            lse_bs: io.lse.bs,
+            lse_hs: io.lse.hs,
         };
         if plan.decode {
             let cfg = self.cfg_dec[plan.di];
@@ -651,6 +662,9 @@ impl TensorCore {
                     causal: causal as i32,
                     top_left: a.top_left,
                     _pad: 0,
+                    lse: a.lse,
+                    lse_bs: a.lse_bs,
+                    lse_hs: a.lse_hs,
                 };
                 out.push(Launch {
                     kernel: self.merge[plan.dt].clone(),
@@ -731,6 +745,9 @@ impl TensorCore {
             skv: s.kv_len as i32,
             causal: i32::from(p.causal()),
             top_left: i32::from(p.causal_align() == CausalAlign::TopLeft),
+            lse: io.lse.addr,
+            lse_bs: io.lse.bs,
+            lse_hs: io.lse.hs,
             ..TcPolicy::default()
         }
     }

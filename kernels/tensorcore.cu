@@ -4,7 +4,7 @@
 // ---------------------------------------------------------------------------------------- ABI
 // Kernels (extern "C"), one per dtype x head dim x causal, prefill (tc_fwd) and decode (tc_dec):
 //
-//   tc_{fwd,dec}_{f16,bf16}_d{64,128,256}[_causal](the 33 fields of struct TcArgs below, in order)
+//   tc_{fwd,dec,decp}_{f16,bf16}_d{64,128,256}[_causal](the 36 fields of struct TcArgs below, in order)
 //   tc_merge_{f16,bf16}(TcMerge)   decode only: folds the key chunks' partials into the output
 //
 //   Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D] and the output O [B, Hq, Sq, D] are logical shapes:
@@ -20,6 +20,11 @@
 //   with the tc_sanitize / tc_first_bad / tc_poison / tc_any_flag kernels at the end of this file).
 //   With `lse` non-NULL every written row also gets its log-sum-exp, f32, at lse[b*lse_bs + h*lse_hs
 //   + s] (docs/tensorcore-numerics.md §10; -inf for a row that sees no key).
+//   tc_decp_* (decode of a paged cache, launched as tc_dec_*; not in the sm_100/sm_120 cubins,
+//   tc_paged = 0): key j of batch element b is row j & (2^page_shift - 1) of page
+//   table[b * max_pages + (j >> page_shift)], the page being the "batch" index of k_bs/v_bs
+//   (element (p, h, r, d) at k[p*k_bs + h*k_hs + r*k_ss + d]). Only entries of pages holding keys
+//   below L are read. The table is PUBLIC, like kv_lens.
 //
 // Launch configuration (also readable from the cubin as __constant__ int tc_cfg_d<D>[4] and
 // tc_cfg_dec_d<D>[4] = {BM, threads, dynamic smem bytes, BN}):
@@ -56,6 +61,12 @@ using uint32_t = unsigned int;  // NVRTC has no <stdint.h>
 // each chunk costs prefill a launch and a round trip of its fold state through memory (H100: W3c
 // +21 % at 1024, +12 % at 2048), and dec1 was no faster at 1024 (66.5 against 60.9 µs).
 #define TC_KCHUNK 2048
+// Whether the tc_decp_* kernels (decode of a paged K/V cache) are built (tc_paged below).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define TC_PAGED 0
+#else
+#define TC_PAGED 1
+#endif
 
 }  // namespace tc
 
@@ -88,6 +99,9 @@ struct TcArgs {
     float* lse;                 // 200  the rows' log-sum-exp (f32, row (b, h, s) at b*lse_bs + h*lse_hs
                                 //      + s; docs/tensorcore-numerics.md §10), or NULL (not asked)
     long long lse_bs, lse_hs;   // 208
+    const int* table;           // 224  decode: the block table [B, max_pages] of a paged K/V cache (see
+                                //      above), or NULL (k, v are [B, Hkv, Skv, D] tensors). PUBLIC
+    int page_shift, max_pages;  // 232  log2 of the page size (4..8), entries per table row
 };
 
 namespace tc {
@@ -381,8 +395,10 @@ struct Cfg {
 #define TC_MASK_UNGUARDED 0
 #endif
 
-template <typename T, int D, int MT, int NW, int BN, int STAGES, bool QREG, bool CAUSAL, bool DEC>
+// PAGED (decode only): K and V are a paged cache read through TcArgs::table (the tc_decp_* kernels).
+template <typename T, int D, int MT, int NW, int BN, int STAGES, bool QREG, bool CAUSAL, bool DEC, bool PAGED>
 __device__ __forceinline__ void fwd(const TcArgs& A) {
+    static_assert(DEC || !PAGED, "paged caches are read by the decode kernels only");
     const T* __restrict__ q = static_cast<const T*>(A.q);
     const T* __restrict__ k = static_cast<const T*>(A.k);
     const T* __restrict__ v = static_cast<const T*>(A.v);
@@ -423,8 +439,24 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         if (DEC) return q + (b * A.q_bs + (hk * G + r / Sq) * A.q_hs + (long long)(r % Sq) * A.q_ss);
         return q + (b * A.q_bs + (int)blockIdx.y * A.q_hs + (long long)r * A.q_ss);
     };
-    auto k_row = [&](int j) -> const T* { return kb + (long long)j * A.k_ss; };
-    auto v_row = [&](int j) -> const T* { return vb + (long long)j * A.v_ss; };
+    // PAGED: key j's page from the block table (public; j < L always here, so the entry is one the
+    // host validated), then its row within the page. Every row is looked up, whatever the page
+    // size: no table load sits behind a branch (the audit's taint pass cannot pair a predicated
+    // load with its public address).
+    auto k_row = [&](int j) -> const T* {
+        if constexpr (PAGED) {
+            const long long pg = A.table[b * A.max_pages + (j >> A.page_shift)];
+            return k + (pg * A.k_bs + hk * A.k_hs) + (long long)(j & ((1 << A.page_shift) - 1)) * A.k_ss;
+        }
+        return kb + (long long)j * A.k_ss;
+    };
+    auto v_row = [&](int j) -> const T* {
+        if constexpr (PAGED) {
+            const long long pg = A.table[b * A.max_pages + (j >> A.page_shift)];
+            return v + (pg * A.v_bs + hk * A.v_hs) + (long long)(j & ((1 << A.page_shift) - 1)) * A.v_ss;
+        }
+        return vb + (long long)j * A.v_ss;
+    };
     // Causal: row i sees keys j <= i + coff (docs/numerics.md §1, either alignment).
     // (Written as a correction of L - Sq rather than a choice of 0: this form keeps the bf16 D = 128
     // causal kernels of sm_86/89/90 within 255 registers; the value is the same.)
@@ -451,7 +483,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
 
     auto load_kv = [&](int j) {
         const int st = j % STAGES;
-        if (DEC && (j + 1) * BN <= L) {  // by position
+        if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
             load_rows_full<D, BN, NT, T>(sK + st * BN * D * 2, k_row(j * BN), A.k_ss, tid);
             load_rows_full<D, BN, NT, T>(sV + st * BN * D * 2, v_row(j * BN), A.v_ss, tid);
             return;
@@ -1017,7 +1049,7 @@ using tc::uint32_t;
 
 // The parameters one by one, not one struct: ptxas keeps `__restrict__` on kernel parameters, and
 // with it the D = 128 kernels fit in 255 registers (passed as one struct they spilled 8 bytes).
-#define TC_KERNEL(NAME, T, D, MT, NW, BN, ST, QREG, MINB, CAUSAL, DEC)                                  \
+#define TC_KERNEL(NAME, T, D, MT, NW, BN, ST, QREG, MINB, CAUSAL, DEC, PAGED)                           \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                         \
         NAME(const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v,        \
              void* __restrict__ o, const int* __restrict__ kv_lens, const unsigned char* __restrict__ mask, \
@@ -1025,11 +1057,13 @@ using tc::uint32_t;
              long long v_hs, long long o_bs, long long o_hs, long long msb, long long msh,              \
              long long msq, int q_ss, int k_ss, int v_ss, int o_ss, int B, int Hq, int Hkv, int Sq,     \
              int Skv, float scale, int top_left, float* __restrict__ part, int chunk,                   \
-             float* __restrict__ lse, long long lse_bs, long long lse_hs) {                             \
+             float* __restrict__ lse, long long lse_bs, long long lse_hs, const int* __restrict__ table, \
+             int page_shift, int max_pages) {                                                          \
         const TcArgs A{q,    k,    v,    o,    kv_lens, mask, q_bs, q_hs, k_bs,  k_hs,    v_bs, v_hs,  \
                        o_bs, o_hs, msb,  msh,  msq,     q_ss, k_ss, v_ss, o_ss,  B,       Hq,   Hkv,   \
-                       Sq,   Skv,  scale, top_left, part, chunk, lse, lse_bs, lse_hs};                  \
-        tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC>(A);                                            \
+                       Sq,   Skv,  scale, top_left, part, chunk, lse, lse_bs, lse_hs, table,             \
+                       page_shift, max_pages};                                                         \
+        tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC, PAGED>(A);                                     \
     }
 
 #define TC_CFG(NAME, D, MT, NW, BN, ST, QREG, DEC)                                                    \
@@ -1039,15 +1073,19 @@ using tc::uint32_t;
 
 // All four (dtype x causal) kernels of one head-dim configuration. MINB: blocks per SM the register
 // allocation must allow (__launch_bounds__), i.e. a register cap of 65536 / (NW * 32 * MINB).
-#define TC_FAMILY_(PREFIX, CFGNAME, D, MT, NW, BN, ST, QREG, MINB, DEC)                                \
-    TC_CFG(CFGNAME, D, MT, NW, BN, ST, QREG, DEC)                                                     \
-    TC_KERNEL(PREFIX##_f16_d##D, __half, D, MT, NW, BN, ST, QREG, MINB, false, DEC)                    \
-    TC_KERNEL(PREFIX##_f16_d##D##_causal, __half, D, MT, NW, BN, ST, QREG, MINB, true, DEC)            \
-    TC_KERNEL(PREFIX##_bf16_d##D, __nv_bfloat16, D, MT, NW, BN, ST, QREG, MINB, false, DEC)            \
-    TC_KERNEL(PREFIX##_bf16_d##D##_causal, __nv_bfloat16, D, MT, NW, BN, ST, QREG, MINB, true, DEC)
+#define TC_KERNELS_(PREFIX, D, MT, NW, BN, ST, QREG, MINB, DEC, PAGED)                                 \
+    TC_KERNEL(PREFIX##_f16_d##D, __half, D, MT, NW, BN, ST, QREG, MINB, false, DEC, PAGED)             \
+    TC_KERNEL(PREFIX##_f16_d##D##_causal, __half, D, MT, NW, BN, ST, QREG, MINB, true, DEC, PAGED)     \
+    TC_KERNEL(PREFIX##_bf16_d##D, __nv_bfloat16, D, MT, NW, BN, ST, QREG, MINB, false, DEC, PAGED)     \
+    TC_KERNEL(PREFIX##_bf16_d##D##_causal, __nv_bfloat16, D, MT, NW, BN, ST, QREG, MINB, true, DEC, PAGED)
+#define TC_FAMILY_(PREFIX, CFGNAME, D, MT, NW, BN, ST, QREG, MINB, DEC) \
+    TC_CFG(CFGNAME, D, MT, NW, BN, ST, QREG, DEC)                     \
+    TC_KERNELS_(PREFIX, D, MT, NW, BN, ST, QREG, MINB, DEC, false)
 #define TC_FAMILY(PREFIX, CFGNAME, D, MT, NW, BN, ST, QREG, MINB) \
     TC_FAMILY_(PREFIX, CFGNAME, D, MT, NW, BN, ST, QREG, MINB, false)
 #define TC_DECODE(PREFIX, CFGNAME, D, NW, BN, ST, MINB) TC_FAMILY_(PREFIX, CFGNAME, D, 1, NW, BN, ST, false, MINB, true)
+// The same decode kernels reading a paged cache (tc_decp_*: the launch configuration of tc_dec_*).
+#define TC_DECODE_PAGED(PREFIX, D, NW, BN, ST, MINB) TC_KERNELS_(PREFIX, D, 1, NW, BN, ST, false, MINB, true, true)
 
 // The KV tile size BN of each head dim is part of the numerics (it fixes where the online softmax
 // rescales): prefill and decode kernels of one head dim must use the same BN, or D3 breaks.
@@ -1083,8 +1121,18 @@ TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
 TC_DECODE(tc_dec, tc_cfg_dec_d64, 64,  4, TC_BN_D64,  TC_DEC_ST_D64, 2)
 TC_DECODE(tc_dec, tc_cfg_dec_d128, 128, 4, TC_BN_D128, TC_DEC_ST_BIG, 2)
 TC_DECODE(tc_dec, tc_cfg_dec_d256, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
+#if TC_PAGED
+TC_DECODE_PAGED(tc_decp, 64, 4, TC_BN_D64, TC_DEC_ST_D64, 2)
+TC_DECODE_PAGED(tc_decp, 128, 4, TC_BN_D128, TC_DEC_ST_BIG, 2)
+TC_DECODE_PAGED(tc_decp, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
+#endif
 
 extern "C" __constant__ int tc_kchunk[1] = {TC_KCHUNK};
+// Whether the cubin has the tc_decp_* kernels (decode reading a paged cache through its block table,
+// TcArgs::table). Not on Blackwell (sm_100, sm_120): there ptxas spilled the bf16 D = 128 and
+// D = 256 decode kernels with the table's row addressing (8-16 bytes of stack, which the audit
+// forbids); the host gathers the used rows for those instead (src/cuda/tensorcore.rs reads this).
+extern "C" __constant__ int tc_paged[1] = {TC_PAGED};
 
 // ------------------------------------------------------------------------- the decode merge
 //
@@ -1193,7 +1241,11 @@ struct TcPolicy {
     float* lse;                 // 216  poison: the attention's log-sum-exp (as TcArgs), rewritten in
                                 //      place, or NULL
     long long lse_bs, lse_hs;   // 224
-};                              // 240 bytes
+    const int* table;           // 240  sanitize: src is a paged K or V cache read through this block
+                                //      table (as TcArgs; rows s >= kv_lens[b] are not read: +0,
+                                //      not bad), or NULL. PUBLIC
+    int page_shift, max_pages;  // 248
+};                              // 256 bytes
 
 namespace tc {
 
@@ -1234,8 +1286,20 @@ __device__ __forceinline__ void sanitize(const TcPolicy& P) {
     const unsigned bh = r32 / (unsigned)P.s_seq, s = r32 - bh * (unsigned)P.s_seq;
     const unsigned b = bh / (unsigned)P.s_heads, h = bh - b * (unsigned)P.s_heads;
     const T* src = static_cast<const T*>(P.src) + (b * P.s_bs + h * P.s_hs + s * P.s_ss) + (g & (ch - 1)) * 8;
+    bool live = in;
+    if (P.table) {  // a launch fact. Paged: the rows the call uses, s < L, through the block table
+        int L = P.kv_lens[b];
+        L = min(max(L, 0), P.Skv);
+        live = in && (int)s < L;
+        // The entry of a used page (index clamped into row b of the table, max_pages >= 1: the
+        // host's condition), page 0 where the row is not used: every address formed is in the cache.
+        const int e = P.table[b * P.max_pages + min((int)s >> P.page_shift, P.max_pages - 1)];
+        const long long pg = live ? e : 0;
+        src = static_cast<const T*>(P.src) + (pg * P.s_bs + h * P.s_hs + (long long)(s & ((1u << P.page_shift) - 1u)) * P.s_ss) +
+              (g & (ch - 1)) * 8;
+    }
     uint4 w = make_uint4(0, 0, 0, 0);
-    if (in) w = *reinterpret_cast<const uint4*>(src);
+    if (live) w = *reinterpret_cast<const uint4*>(src);
     uint32_t bad = 0;
     w.x = sanitize2<T>(w.x, bad);
     w.y = sanitize2<T>(w.y, bad);

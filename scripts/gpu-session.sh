@@ -4,7 +4,7 @@
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize decsan tclse d7 planted bench quickbench exdec dudect tcbench tcdudect kvcache
+#   stages: info selftest tests sanitize decsan tclse tcpaged d7 planted bench quickbench exdec dudect tcbench tcdudect kvcache
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -157,6 +157,23 @@ for s in "${STAGES[@]}"; do
         sanitize_cases tclse 200 "$tool"
       done
       grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/tclse.log" | sort | uniq -c ;;
+    tcpaged)
+      # The TensorCore decode kernels reading a paged cache through its block table (tc_decp_*) and
+      # the policy kernels scanning and copying pages: the device entry of paged caches against the
+      # contiguous bits (tests/cuda_kvcache.rs, both routes, Reject and Propagate) under memcheck and
+      # racecheck; the benchmark of 16-row pages (row-by-row lookups) under initcheck and synccheck.
+      for tool in memcheck racecheck; do
+        stage tcpaged 300 compute-sanitizer --tool "$tool" --error-exitcode 9 .carry/tests/cuda_kvcache \
+          paged_cache_gives_the_contiguous_bits_on_the_gpu reject_reads_what_the_cpu_reads --test-threads 1
+      done
+      for tool in initcheck synccheck; do
+        for ps in 16 256; do
+          stage tcpaged 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" bench --backend cuda \
+            --path tensorcore --dtype bf16 --batch 3 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 3000 \
+            --head-dim 128 --kv-lens 3000,17,2100 --page-size "$ps" --warmup 0 --iters 1 --rotate 1
+        done
+      done
+      grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|test result\|paged cache" "$OUT/tcpaged.log" | sort | uniq -c ;;
     exdec)
       # The Exact decode targets side by side with SDPA (dec1, decode B32), then each decode
       # kernel's own time under Nsight Compute (one call of each shape, bf16).

@@ -264,6 +264,8 @@ def kvcache_rows(A, res):
                     path, shape, dt, False, A, problem=shape_args(shape) + extra), row["detattn"], key)
                 if v:
                     row["detattn"][key] = v[0]
+                    if ps is not None:
+                        row.setdefault("read", {})[key] = v[1].get("paged_read")
     if "varlen" in A.ids:
         lens, hq, hkv, d, dt = VARLEN
         seqs = ",".join(map(str, lens))
@@ -290,10 +292,11 @@ def print_kvcache(res):
     if "paged" in kv:
         r = kv["paged"]
         ceil = res.get("copy_TBps")
-        print(f"\n#### (e) Paged decode (B,Hq,Hkv,Sq,Skv,D = {tuple(r['shape'])}, {r['dtype']}; device entry: "
-              "the used rows gathered into contiguous K and V, then the decode)\n")
-        print("| who | µs | GB/s (Q, K, V, O once) | of copy ceiling | this / our contiguous | this / cuDNN |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print(f"\n#### (e) Paged decode (B,Hq,Hkv,Sq,Skv,D = {tuple(r['shape'])}, {r['dtype']}; the device "
+              "entry of paged caches, `run_device_paged`)\n")
+        print("| who | µs | GB/s (Q, K, V, O once) | of copy ceiling | this / our contiguous | this / cuDNN "
+              "| how the pages are read |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         cudnn = us_of(r["sdpa"].get("cudnn"))
         for key, v in list(r["detattn"].items()) + [(f"SDPA {k} (contiguous)", x) for k, x in r["sdpa"].items()]:
             us = us_of(v)
@@ -302,7 +305,8 @@ def print_kvcache(res):
             path = key.split("_")[0]
             base = us_of(r["detattn"].get(f"{path}_contiguous"))
             print(f"| {key} | {cell(v)} | {f'{gbs:.0f}' if gbs else ''} | {frac} | "
-                  f"{fmt_ratio(us, base) if base else ''} | {fmt_ratio(us, cudnn)} |")
+                  f"{fmt_ratio(us, base) if base else ''} | {fmt_ratio(us, cudnn)} | "
+                  f"{r.get('read', {}).get(key) or ''} |")
     if "varlen" in kv:
         r = kv["varlen"]
         print(f"\n#### (e) Varlen prefill batch (causal, sequences {r['lens']}, Hq {r['heads'][0]} Hkv "

@@ -25,7 +25,7 @@ mod kvcache_common;
 mod layout_common;
 
 use detattn::cuda::{
-    DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut, ValidAsZeroBits,
+    DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut, PagedRead, ValidAsZeroBits,
 };
 use detattn::inputs::{GenOptions, Paged, SplitMix64, generate, paginate};
 use detattn::tensor::gather;
@@ -260,7 +260,10 @@ fn varlen_tensorcore_each_sequence_alone() {
 }
 
 /// Paged caches of rectangular problems (kv_lens, masks, decode) on both paths: the contiguous
-/// bits (and on `Exact` the CPU's).
+/// bits (and on `Exact` the CPU's), through the host entry and the device entry of paged caches
+/// (on `TensorCore` decode problems the kernels read the pages through the block table, the
+/// others gather: `the_bench_times_varlen_batches_and_paged_caches` holds which route runs); every
+/// fifth problem under `Propagate` with a NaN in a used key row.
 #[test]
 fn paged_cache_gives_the_contiguous_bits_on_the_gpu() {
     for path in Path::ALL {
@@ -269,6 +272,41 @@ fn paged_cache_gives_the_contiguous_bits_on_the_gpu() {
         };
         let mut rng = SplitMix64::new(0x9A6E + path.code() as u64);
         let mut n = 0;
+        // Past the TensorCore key chunk (2048 keys): a split decode and its merge (16-row pages, a
+        // row's keys over many pages), the decode that folds every chunk in one block (B·Hkv =
+        // 256), D 256 with pages of its 32-key tile.
+        let fixed = [
+            (
+                detattn::Shape::new(2, 8, 2, 1, 4500, 128),
+                Some(vec![4500, 3001]),
+                16,
+                DType::Bf16,
+            ),
+            (
+                detattn::Shape::new(128, 2, 2, 1, 2100, 64),
+                None,
+                64,
+                DType::F16,
+            ),
+            (
+                detattn::Shape::new(3, 4, 1, 1, 2500, 256),
+                Some(vec![2500, 0, 33]),
+                32,
+                DType::F16,
+            ),
+        ];
+        for (i, (shape, lens, page, dt)) in fixed.into_iter().enumerate() {
+            let mut pb = Problem::builder(shape);
+            if let Some(l) = lens {
+                pb = pb.kv_lens(l);
+            }
+            let p = pb.build().unwrap();
+            match dt {
+                DType::F16 => paged_one::<f16>(&e, &p, 1000 + i as u64, page),
+                _ => paged_one::<bf16>(&e, &p, 1000 + i as u64, page),
+            }
+            n += 1;
+        }
         for i in 0..40u64 {
             let mut r = |m: usize| (rng.next_u64() % m as u64) as usize;
             let d = match path {
@@ -278,7 +316,14 @@ fn paged_cache_gives_the_contiguous_bits_on_the_gpu() {
             let (b, hkv, g) = (1 + r(3), 1 + r(2), [1, 4][r(2)]);
             let (sq, skv) = ([1, 1, 5, 40][r(4)], 1 + r(600));
             let shape = detattn::Shape::new(b, hkv * g, hkv, sq, skv, d);
-            let p = layout_common::random_options(&mut rng, shape);
+            let p = if i % 5 == 4 {
+                Problem::builder(shape)
+                    .nonfinite(NonFinitePolicy::Propagate)
+                    .build()
+                    .unwrap()
+            } else {
+                layout_common::random_options(&mut rng, shape)
+            };
             let ts = dtypes(path);
             let page = 16 << (i % 5);
             match ts[i as usize % ts.len()] {
@@ -301,7 +346,11 @@ fn paged_one<T: Element + DeviceRepr + ValidAsZeroBits>(
     seed: u64,
     page: usize,
 ) {
-    let x = generate::<T>(p, GenOptions::seed(seed));
+    let mut x = generate::<T>(p, GenOptions::seed(seed));
+    if p.nonfinite() == NonFinitePolicy::Propagate {
+        // Batch element 0, kv head 0, key 0: used (no key lengths), its rows NaN.
+        x.k[3] = T::from_f32_rne(f32::NAN);
+    }
     let mask = x.mask.as_deref();
     let want = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), mask, false)
         .unwrap_or_else(|err| panic!("{p:?}: {err}"));
@@ -636,7 +685,16 @@ fn the_bench_times_varlen_batches_and_paged_caches() {
             .kv_lens(vec![900, 17, 512])
             .build()
             .unwrap();
-        for (p, page_size) in [(&varlen, None), (&varlen, Some(32)), (&decode, Some(16))] {
+        // How the paged cache is read: the TensorCore decode kernels through the block table
+        // (pages of 16 rows: row by row; of 64: whole tiles), everything else gathered.
+        let native = (path == Path::TensorCore).then_some(PagedRead::BlockTable);
+        let cases = [
+            (&varlen, None, None),
+            (&varlen, Some(32), Some(PagedRead::Gathered)),
+            (&decode, Some(16), native.or(Some(PagedRead::Gathered))),
+            (&decode, Some(64), native.or(Some(PagedRead::Gathered))),
+        ];
+        for (p, page_size, read) in cases {
             let mut opts = gpu_common::bench_opts(3, 1, 3, 2, 2);
             opts.page_size = page_size;
             let r = c
@@ -645,6 +703,10 @@ fn the_bench_times_varlen_batches_and_paged_caches() {
             assert!(
                 r.median_us > 0.0 && r.median_us.is_finite() && r.iters == 3 && r.rotate == 2,
                 "{path} {page_size:?}: {r:?}"
+            );
+            assert_eq!(
+                r.paged, read,
+                "{path} {page_size:?}: how the cache was read"
             );
         }
         let mut opts = gpu_common::bench_opts(3, 1, 3, 2, 1);

@@ -13,8 +13,8 @@ use super::guards::Guards;
 use super::launch::{self, Launch, RawStream};
 use super::paged::{Gather, Pages};
 use super::path::{
-    DevTensor, DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, GpuPath, Io, RawDeviceQkv,
-    RawDeviceTensor, Step,
+    DevTensor, DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, GpuPath, Io, PagedIo,
+    RawDeviceQkv, RawDeviceTensor, Step,
 };
 use super::timing::{self, BenchOptions, BenchResult};
 use super::varlen::key_lengths;
@@ -254,6 +254,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
                 },
                 None => DevTensor::default(),
             },
+            pages: None,
         };
         let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
         let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
@@ -319,6 +320,22 @@ fn prepare_device<P: GpuPath, T: Element>(
     let ops = device_operands(x, out);
     tensor::check_call(p, &ops, Fit::AtLeast)?;
     let plan = plan(path, p, T::DTYPE, &ops)?;
+    allocate_device(dev, path, stream, p, plan, x, out, 0)
+}
+
+/// The checks of a planned device call that follow the plan (stream and buffers on this device,
+/// device memory for the scratch, the key lengths and `extra` bytes more), then its allocations.
+#[allow(clippy::too_many_arguments)]
+fn allocate_device<P: GpuPath, T: Element>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    plan: P::Plan,
+    x: &DeviceQkv<'_, T>,
+    out: &DeviceTensorMut<'_, T>,
+    extra: u64,
+) -> Result<DeviceCall<P::Plan>> {
     dev.check_stream(stream)?;
     dev.check_context(TensorName::Q, x.q.data.context())?;
     dev.check_context(TensorName::K, x.k.data.context())?;
@@ -329,7 +346,7 @@ fn prepare_device<P: GpuPath, T: Element>(
     dev.check_context(TensorName::Out, out.data.context())?;
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
-    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64)?;
+    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64 + extra)?;
     Ok(DeviceCall {
         plan,
         lens: dev.kv_lens(p)?,
@@ -344,6 +361,7 @@ fn device_io<'a, T>(
     x: &'a DeviceQkv<'_, T>,
     out: &'a mut DeviceTensorMut<'_, T>,
     lens: &'a CudaSlice<i32>,
+    pages: Option<&'a DeviceTable>,
 ) -> Io {
     let e = std::mem::size_of::<T>();
     Io {
@@ -354,6 +372,11 @@ fn device_io<'a, T>(
         mask: x.mask.map_or(0, |m| g.r(m, st)),
         kv_lens: g.r(lens, st),
         lse: DevTensor::default(),
+        pages: pages.map(|t| PagedIo {
+            table: g.r(&t.table, st),
+            page_shift: t.page_shift,
+            max_pages: t.max_pages,
+        }),
     }
 }
 
@@ -367,9 +390,26 @@ pub(crate) fn run_device<P: GpuPath, T: Element + DeviceRepr>(
     stream: &CudaStream,
     p: &Problem,
     x: &DeviceQkv<'_, T>,
-    mut out: DeviceTensorMut<'_, T>,
+    out: DeviceTensorMut<'_, T>,
 ) -> Result<()> {
     let mut c = prepare_device(dev, path, stream, p, x, &out)?;
+    run_steps(dev, path, stream, p, &mut c, x, out, None)
+}
+
+/// The steps of a prepared device call: under `Reject` the scan, its decision, then the
+/// computation; else the computation. `pages`: K and V of `x` are a paged cache the plan reads
+/// through this table.
+#[allow(clippy::too_many_arguments)]
+fn run_steps<P: GpuPath, T: Element + DeviceRepr>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    c: &mut DeviceCall<P::Plan>,
+    x: &DeviceQkv<'_, T>,
+    mut out: DeviceTensorMut<'_, T>,
+    pages: Option<&DeviceTable>,
+) -> Result<()> {
     let steps: &[Step] = if c.check {
         &[Step::Check, Step::Compute { checked: true }]
     } else {
@@ -378,7 +418,7 @@ pub(crate) fn run_device<P: GpuPath, T: Element + DeviceRepr>(
     for &step in steps {
         {
             let mut g = Guards::default();
-            let io = device_io(&mut g, stream, x, &mut out, &c.lens);
+            let io = device_io(&mut g, stream, x, &mut out, &c.lens, pages);
             let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
             let launches = path.launches(p, &c.plan, &io, &scratch, step)?;
             // SAFETY: the caller's buffers live on this device (checked) and hold what their
@@ -394,11 +434,14 @@ pub(crate) fn run_device<P: GpuPath, T: Element + DeviceRepr>(
     Ok(())
 }
 
-/// A paged cache in device memory (`paged.rs`): the checks in the crate's order (the cache's as
-/// the host entry does them), the path's plan for the contiguous tensors it will run on, the
-/// devices and memory; then the gather of the rows `p` reads on `stream`, then [`run_device`] on
-/// the gathered tensors. The gathered buffers are freed after `stream` has used them (cudarc's
-/// stream ordering, as the scratch buffers).
+/// A paged cache in device memory: the checks in the crate's order (the cache's as the host entry
+/// does them), the path's plan for the contiguous tensors the cache stands for (its typed errors),
+/// the devices and memory. Then, where the path reads pages for the plan of the pages' own layout
+/// ([`paged_route`]), the block table is uploaded and the steps run on the pages (under `Reject`
+/// the scan reads the rows the sequences use, through the table); else the rows `p` reads are
+/// gathered on `stream` (`paged.rs`) and [`run_device`] runs on the gathered tensors. Uploaded and
+/// gathered buffers are freed after `stream` has used them (cudarc's stream ordering, as the
+/// scratch buffers).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
     dev: &Device,
@@ -421,17 +464,18 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
         out: op(out.data.len(), out.layout),
     };
     tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
-    let kv = gathered_kv(p);
-    plan(
-        path,
-        p,
-        T::DTYPE,
-        &Operands {
-            k: kv,
-            v: kv,
-            ..ops
-        },
-    )?;
+    if let PagedRoute::Pages(plan) = paged_route(path, p, T::DTYPE, &ops, &paging)? {
+        let x = DeviceQkv {
+            q,
+            k: cache.k,
+            v: cache.v,
+            mask,
+        };
+        let table_bytes = 4 * cache.block_table.len() as u64;
+        let mut c = allocate_device(dev, path, stream, p, plan, &x, &out, table_bytes)?;
+        let t = DeviceTable::upload(dev, &paging, table_bytes)?;
+        return run_steps(dev, path, stream, p, &mut c, &x, out, Some(&t));
+    }
     dev.check_stream(stream)?;
     dev.check_context(TensorName::Q, q.data.context())?;
     dev.check_context(TensorName::K, cache.k.data.context())?;
@@ -443,6 +487,67 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
     let mut gathered = Gathered::alloc(dev, p, cache.block_table)?;
     gathered.gather(dev, gather, stream, p, &paging, &cache.k, &cache.v)?;
     run_device(dev, path, stream, p, &gathered.qkv(q, mask), out)
+}
+
+/// How a paged call runs (`run_device_paged`, `bench`).
+enum PagedRoute<Pl> {
+    /// The path's kernels read the pages through the block table, with this plan.
+    Pages(Pl),
+    /// The used rows are gathered into contiguous tensors first.
+    Gather,
+}
+
+/// The route of a paged call of `p` with the operands `ops` (K and V: the pages): the path's plan
+/// for the contiguous tensors the cache stands for comes first, so that the typed errors are those
+/// of either route; then, where the pages' own layout suits the path (its alignment) and the
+/// path's kernels read pages for that plan, those. An empty table (`max_pages` 0) is gathered.
+fn paged_route<P: GpuPath>(
+    path: &P,
+    p: &Problem,
+    dtype: crate::DType,
+    ops: &Operands,
+    paging: &Paging<'_>,
+) -> Result<PagedRoute<P::Plan>> {
+    let kv = gathered_kv(p);
+    plan(
+        path,
+        p,
+        dtype,
+        &Operands {
+            k: kv,
+            v: kv,
+            ..*ops
+        },
+    )?;
+    if paging.max_pages == 0 || i32::try_from(paging.max_pages).is_err() {
+        return Ok(PagedRoute::Gather);
+    }
+    Ok(match plan(path, p, dtype, ops) {
+        Ok(pl) if path.reads_pages(p, &pl) => PagedRoute::Pages(pl),
+        _ => PagedRoute::Gather,
+    })
+}
+
+/// A paged cache's block table on the device, for a call whose path reads pages.
+struct DeviceTable {
+    table: CudaSlice<i32>,
+    page_shift: i32,
+    max_pages: i32,
+}
+
+impl DeviceTable {
+    /// Upload `paging`'s table (`bytes` of device memory, reserved by the caller).
+    fn upload(dev: &Device, paging: &Paging<'_>, bytes: u64) -> Result<DeviceTable> {
+        Ok(DeviceTable {
+            table: dev
+                .stream
+                .clone_htod(paging.block_table)
+                .map_err(dev.alloc_err(bytes))?,
+            page_shift: paging.page_size.trailing_zeros() as i32,
+            // Fits: `paged_route` gathers otherwise.
+            max_pages: paging.max_pages as i32,
+        })
+    }
 }
 
 /// K (and V) as a paged call's path sees them: the contiguous `[B, Hkv, Skv, D]` tensor the
@@ -552,7 +657,7 @@ pub(crate) fn time_launch<P: GpuPath, T: Element + DeviceRepr>(
     let mut c = prepare_device(dev, path, stream, p, x, &out)?;
     let (e0, e1) = (timing::event(stream)?, timing::event(stream)?);
     let mut g = Guards::default();
-    let io = device_io(&mut g, stream, x, &mut out, &c.lens);
+    let io = device_io(&mut g, stream, x, &mut out, &c.lens, None);
     let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
     let mut launches = Vec::new();
     if c.check {
@@ -574,8 +679,9 @@ pub(crate) fn time_launch<P: GpuPath, T: Element + DeviceRepr>(
 /// The benchmark protocol of `timing.rs` on one path: seeded input sets in `opts.order`, the
 /// output poisoned, and per sample `per_sample` calls of the GPU work one host call runs (without
 /// uploads; under `Reject` without the scan, the inputs being finite; under `Propagate` with the
-/// policy's work). With `opts.page_size`, K and V are a paged cache and each call first gathers
-/// the rows it reads, as [`run_device_paged`] does.
+/// policy's work). With `opts.page_size`, K and V are a paged cache, run as [`run_device_paged`]
+/// runs it: read through the block table where the path does, else each call first gathers the
+/// rows it reads.
 pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
     dev: &Device,
     gather: &Gather,
@@ -590,26 +696,37 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
     let ops = device_operands(&sets[0].qkv(), &DeviceTensorMut::new(&mut out, ol));
     let paging = sets[0].paging();
     tensor::check_cache_call(p, &ops, paging, None, Fit::AtLeast)?;
-    let mut gathered = match &paging {
-        Some(pg) => Some(Gathered::<T>::alloc(dev, p, pg.block_table)?),
+    let route = match &paging {
+        Some(pg) => Some(paged_route(path, p, T::DTYPE, &ops, pg)?),
         None => None,
     };
-    let ops = match &gathered {
-        Some(_) => {
+    let read = match &route {
+        Some(PagedRoute::Pages(_)) => Some(timing::PagedRead::BlockTable),
+        Some(PagedRoute::Gather) => Some(timing::PagedRead::Gathered),
+        None => None,
+    };
+    let (plan, table, mut gathered) = match (route, &paging) {
+        (Some(PagedRoute::Pages(pl)), Some(pg)) => {
+            let bytes = 4 * pg.block_table.len() as u64;
+            dev.reserve(bytes)?;
+            (pl, Some(DeviceTable::upload(dev, pg, bytes)?), None)
+        }
+        (Some(PagedRoute::Gather), Some(pg)) => {
             let kv = gathered_kv(p);
-            Operands {
+            let gops = Operands {
                 k: kv,
                 v: kv,
                 ..ops
-            }
+            };
+            let g = Gathered::<T>::alloc(dev, p, pg.block_table)?;
+            (plan(path, p, T::DTYPE, &gops)?, None, Some(g))
         }
-        None => ops,
+        _ => (plan(path, p, T::DTYPE, &ops)?, None, None),
     };
-    let plan = plan(path, p, T::DTYPE, &ops)?;
     let sizes = path.scratch(p, &plan, false);
     let lens = dev.kv_lens(p)?;
     let mut sc = dev.scratch(&sizes)?;
-    timing::sample(st, opts, |i| {
+    let r = timing::sample(st, opts, |i| {
         let set = &sets[i];
         let x = match (&mut gathered, set.paging()) {
             (Some(g), Some(pg)) => {
@@ -621,14 +738,15 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
         };
         let mut o = DeviceTensorMut::new(&mut out, ol);
         let mut g = Guards::default();
-        let io = device_io(&mut g, st, &x, &mut o, &lens);
+        let io = device_io(&mut g, st, &x, &mut o, &lens, table.as_ref());
         let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
         let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
         // SAFETY: the input sets and the output were allocated for this problem's layouts
         // (checked above), the scratch at the plan's sizes, all on this device; the guards keep
         // them alive and ordered until the stream has run the launches.
         unsafe { dev.submit(st, &launches) }
-    })
+    })?;
+    Ok(BenchResult { paged: read, ..r })
 }
 
 /// Raw device tensors (bindings) on a raw stream: the same steps as [`run_device`]. What can be
@@ -714,6 +832,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
             mask: x.mask.map_or(0, |m| m.0),
             kv_lens: g.r(&lens, &dev.stream),
             lse: DevTensor::default(),
+            pages: None,
         }
     };
     let scratch: Vec<u64> = {

@@ -445,6 +445,11 @@ impl Scratch {
 impl GpuPath for Exact {
     type Plan = Plan;
 
+    /// Never: a paged call on this path runs on the gathered rows.
+    fn reads_pages(&self, _p: &Problem, _plan: &Plan) -> bool {
+        false
+    }
+
     fn plan(&self, p: &Problem, dtype: DType, _ops: &Operands) -> Result<Plan> {
         let s = p.shape();
         let fast = FAST_DP.iter().position(|&b| s.head_dim <= b);
@@ -537,6 +542,9 @@ impl GpuPath for Exact {
         scratch: &[u64],
         step: Step,
     ) -> Result<Vec<Launch>> {
+        if io.pages.is_some() {
+            return Err(super::unread_pages("exact"));
+        }
         let sc = Scratch::of(scratch)?;
         let base = self.params(p, pl, io, sc);
         let mut out = Vec::new();

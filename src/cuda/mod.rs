@@ -39,7 +39,7 @@ pub use path::{
     DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceQkv, RawDeviceTensor,
 };
 pub use tensorcore::TENSORCORE_HEAD_DIMS;
-pub use timing::{BenchOptions, BenchResult};
+pub use timing::{BenchOptions, BenchResult, PagedRead};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -57,6 +57,15 @@ pub fn check_path(path: Path, p: &Problem, dtype: DType) -> Result<()> {
             .map(|b| p.sequence_problem(b))
             .chain(std::iter::once(p.packed()))
             .try_for_each(|sub| tensorcore::validate(&sub, dtype, None).map(|_| ())),
+    }
+}
+
+/// A paged cache handed to a plan that does not read pages (`GpuPath::reads_pages`): the entry
+/// points gather for those, so this is an internal error, never a silent misread.
+pub(crate) fn unread_pages(path: &str) -> Error {
+    Error::Cuda {
+        op: "launch planning",
+        message: format!("{path} path: a paged cache for a plan that does not read pages"),
     }
 }
 

@@ -1,9 +1,10 @@
-//! Paged KV caches in device memory: the rows a problem reads are gathered, on the caller's
-//! stream, into the contiguous `[B, Hkv, Skv, D]` tensors the cache stands for (zero elsewhere),
-//! and the path then runs on those (`entry::run_device_paged`). A paged cache is a layout, so the
-//! bits are the contiguous ones by construction, on both paths and with a variable-length batch.
-//! The price: one extra read and write of the used rows, and device memory for two contiguous
-//! tensors. A path that reads the pages itself would save both; none does yet.
+//! Paged KV caches in device memory, where the path does not read the pages itself
+//! (`GpuPath::reads_pages`: every call but the TensorCore decode kernels'): the rows a problem
+//! reads are gathered, on the caller's stream, into the contiguous `[B, Hkv, Skv, D]` tensors the
+//! cache stands for (zero elsewhere), and the path then runs on those (`entry::run_device_paged`).
+//! A paged cache is a layout, so the bits are the contiguous ones by construction, on both paths
+//! and with a variable-length batch. The price: one extra read and write of the used rows, and
+//! device memory for two contiguous tensors.
 //!
 //! The gather kernel (`detattn_kv_gather_*`, kernels/exact.cu) lives in the Exact module, which
 //! every backend loads, and serves both paths. Its addresses depend on the block table and the

@@ -43,7 +43,10 @@ impl DevTensor {
 /// The device addresses of one call: the caller's tensors and the key lengths (`B` ints, always
 /// present: the entry points upload them, `kv_len` where the problem gives none). `mask` is 0
 /// without a mask. `lse`: where each query row's log-sum-exp goes (f32, row `(b, h, i)` at
-/// element `b·bs + h·hs + i·ss`), address 0 when the call does not ask for it.
+/// element `b·bs + h·hs + i·ss`), address 0 when the call does not ask for it. `pages`: K and V
+/// are a paged cache read through its block table (only for a plan the path said it reads pages
+/// for, [`GpuPath::reads_pages`]); `k` and `v` then describe the pages, the page being the batch
+/// index.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Io {
     pub q: DevTensor,
@@ -53,6 +56,16 @@ pub(crate) struct Io {
     pub mask: u64,
     pub kv_lens: u64,
     pub lse: DevTensor,
+    pub pages: Option<PagedIo>,
+}
+
+/// A paged cache's block table on the device: `[B, max_pages]` i32 page numbers (public, checked
+/// by the host: every entry a sequence uses is a page of the cache), pages of `2^page_shift` rows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PagedIo {
+    pub table: u64,
+    pub page_shift: i32,
+    pub max_pages: i32,
 }
 
 /// One step of a call. Every path runs the same steps, so the entry points are written once:
@@ -80,6 +93,11 @@ pub(crate) trait GpuPath {
     /// Bytes of each scratch buffer a call of `plan` needs (zeroed before use); `check`: the call
     /// runs [`Step::Check`] too, whose three words go to the start of buffer 0.
     fn scratch(&self, p: &Problem, plan: &Self::Plan, check: bool) -> Vec<usize>;
+
+    /// Whether the kernels of `plan` read a paged K/V cache through its block table (`Io::pages`);
+    /// otherwise a paged call gathers the rows it uses into contiguous tensors first
+    /// (`entry::run_device_paged`). `plan` was made for the pages' own layout.
+    fn reads_pages(&self, p: &Problem, plan: &Self::Plan) -> bool;
 
     /// The launches of `step`, in order. Addresses: `io` (the tensors), `scratch` (the buffers of
     /// [`GpuPath::scratch`], in order).

@@ -17,6 +17,11 @@
 //! its chunk into the state the previous one left in scratch. Up to one chunk of keys, a call is
 //! one attention launch. Every choice is the shape's, and none changes a bit.
 //!
+//! A paged K/V cache on the device entry (`entry::run_device_paged`) is read through its block
+//! table by the paged decode kernels (`tc_decp_*`, the same operations on rows found through the
+//! table: the same bits) and by the scan and copies of the policy kernels (only the rows the
+//! sequences use); prefill calls and the Blackwell cubins (no `tc_decp_*`) gather those rows first.
+//!
 //! Around the attention launches run the policy kernels where the `NonFinitePolicy`
 //! needs them (docs/tensorcore.md, "Non-finite inputs"): `Check` is the flag scan of q, k, v and
 //! their reduction to three words; under `Propagate`, `Compute` makes sanitised contiguous copies
@@ -26,6 +31,7 @@
 
 use super::launch::{Kernel, Launch, Module, within_grid_yz};
 use super::path::{DevTensor, GpuPath, Io, Step};
+use super::unread_pages;
 use crate::dtype::DType;
 use crate::error::{Error, Result, TensorName};
 use crate::path::Path;
@@ -66,6 +72,9 @@ pub(crate) struct TensorCore {
     /// `[dtype: f16, bf16][head dim: 64, 128, 256][causal: no, yes]`.
     fwd: [[[Kernel; 2]; 3]; 2],
     dec: [[[Kernel; 2]; 3]; 2],
+    /// The decode kernels reading a paged cache through its block table (`tc_decp_*`), where the
+    /// cubin has them (`tc_paged`: not on sm_100/sm_120, whose ptxas spilled them).
+    decp: Option<[[[Kernel; 2]; 3]; 2]>,
     cfg_fwd: [Cfg; 3],
     cfg_dec: [Cfg; 3],
     /// `[dtype: f16, bf16]`.
@@ -123,6 +132,9 @@ struct TcArgs {
     lse: u64,
     lse_bs: i64,
     lse_hs: i64,
+    table: u64,
+    page_shift: i32,
+    max_pages: i32,
 }
 
 fn bytes<T: Pod>(x: &T) -> Vec<u8> {
@@ -167,6 +179,9 @@ impl TcArgs {
             bytes(&a.lse),
             bytes(&a.lse_bs),
             bytes(&a.lse_hs),
+            bytes(&a.table),
+            bytes(&a.page_shift),
+            bytes(&a.max_pages),
         ]
     }
 }
@@ -174,7 +189,7 @@ impl TcArgs {
 /// The one by-value parameter of the `tc_sanitize_*`, `tc_first_bad`, `tc_poison_*` and
 /// `tc_any_flag` kernels: field for field the `TcPolicy` struct of kernels/tensorcore.cu (11
 /// device addresses, 11 `long long`s, 10 `int`s, then the log-sum-exp's address and its 2
-/// `long long` strides: 240 bytes). Change both together, and the byte
+/// `long long` strides, the block table's address and 2 `int`s: 256 bytes). Change both together, and the byte
 /// ranges of their audit/rules.toml entries.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
@@ -214,9 +229,12 @@ struct TcPolicy {
     lse: u64,
     lse_bs: i64,
     lse_hs: i64,
+    table: u64,
+    page_shift: i32,
+    max_pages: i32,
 }
 
-const _: () = assert!(std::mem::size_of::<TcPolicy>() == 240);
+const _: () = assert!(std::mem::size_of::<TcPolicy>() == 256);
 
 /// The one by-value parameter of `tc_merge_*`: field for field the `TcMerge` struct of
 /// kernels/tensorcore.cu (104 bytes; `_pad` is the padding before `lse`). Change both together, and
@@ -326,8 +344,8 @@ pub(crate) fn validate(p: &Problem, dtype: DType, ops: Option<&Operands>) -> Res
 }
 
 impl TensorCore {
-    /// Look up the 30 kernels of `module` (24 attention, 6 policy) and read the attention
-    /// kernels' launch configurations.
+    /// Look up the kernels of `module` (24 attention, 12 paged decode where `tc_paged` says the
+    /// cubin has them, 8 policy and merge) and read the attention kernels' launch configurations.
     pub(crate) fn open(module: &Module) -> Result<TensorCore> {
         let read = |name: &str| -> Result<Cfg> {
             let [bm, threads, smem, _bn] = module.constant_i32::<4>(name)?;
@@ -353,6 +371,7 @@ impl TensorCore {
         let policy_abi = [std::mem::size_of::<TcPolicy>()];
         let merge_abi = [std::mem::size_of::<TcMerge>()];
         let [kchunk] = module.constant_i32::<1>("tc_kchunk")?;
+        let [paged] = module.constant_i32::<1>("tc_paged")?;
         if kchunk <= 0 {
             return Err(Error::Cuda {
                 op: "cubin launch table",
@@ -383,6 +402,10 @@ impl TensorCore {
         Ok(TensorCore {
             fwd: family("tc_fwd", &cfg_fwd)?,
             dec: family("tc_dec", &cfg_dec)?,
+            decp: match paged {
+                0 => None,
+                _ => Some(family("tc_decp", &cfg_dec)?),
+            },
             cfg_fwd,
             cfg_dec,
             sanitize: by_dt("tc_sanitize", &policy_abi)?,
@@ -415,6 +438,12 @@ impl GpuPath for TensorCore {
         let s = p.shape();
         plan.decode = s.group() * s.q_len <= self.cfg_dec[plan.di].bm;
         Ok(plan)
+    }
+
+    /// The paged decode kernels (`tc_decp_*`, where the cubin has them) read a paged cache's rows
+    /// through the block table; a prefill call gathers them first.
+    fn reads_pages(&self, _p: &Problem, plan: &Plan) -> bool {
+        plan.decode && self.decp.is_some()
     }
 
     fn scratch(&self, p: &Problem, plan: &Plan, check: bool) -> Vec<usize> {
@@ -457,6 +486,9 @@ impl GpuPath for TensorCore {
         scratch: &[u64],
         step: Step,
     ) -> Result<Vec<Launch>> {
+        if io.pages.is_some() && !self.reads_pages(p, plan) {
+            return Err(unread_pages("tensorcore"));
+        }
         let sc = match *scratch {
             [words, flags, first, cq, ck, cv, part] => Scratch {
                 words,
@@ -496,12 +528,21 @@ impl GpuPath for TensorCore {
         let sanitize = |out: &mut Vec<Launch>, copies: Option<[u64; 3]>| {
             let rows_q = s.batch * s.q_heads * s.q_len;
             let rows_kv = s.batch * s.kv_heads * s.kv_len;
+            // K and V of a paged cache are read through the block table (rows past a sequence's
+            // key length not at all); Q never is.
             let tensors = [
-                (io.q, 0, rows_q, s.q_heads, s.q_len),
-                (io.k, rows_q, rows_kv, s.kv_heads, s.kv_len),
-                (io.v, rows_q + rows_kv, rows_kv, s.kv_heads, s.kv_len),
+                (io.q, 0, rows_q, s.q_heads, s.q_len, None),
+                (io.k, rows_q, rows_kv, s.kv_heads, s.kv_len, io.pages),
+                (
+                    io.v,
+                    rows_q + rows_kv,
+                    rows_kv,
+                    s.kv_heads,
+                    s.kv_len,
+                    io.pages,
+                ),
             ];
-            for (i, (t, flags_at, rows, heads, seq)) in tensors.into_iter().enumerate() {
+            for (i, (t, flags_at, rows, heads, seq, pages)) in tensors.into_iter().enumerate() {
                 let chunks = rows * (s.head_dim / CHUNK);
                 let prm = TcPolicy {
                     src: t.addr,
@@ -513,6 +554,9 @@ impl GpuPath for TensorCore {
                     s_ss: t.ss,
                     s_heads: heads as i32,
                     s_seq: seq as i32,
+                    table: pages.map_or(0, |pg| pg.table),
+                    page_shift: pages.map_or(0, |pg| pg.page_shift),
+                    max_pages: pages.map_or(0, |pg| pg.max_pages),
                     ..base
                 };
                 out.push(self.policy(
@@ -545,6 +589,7 @@ impl GpuPath for TensorCore {
                     q: DevTensor::bhsd(cq, s.q_heads, s.q_len, d),
                     k: DevTensor::bhsd(ck, s.kv_heads, s.kv_len, d),
                     v: DevTensor::bhsd(cv, s.kv_heads, s.kv_len, d),
+                    pages: None, // the copies are contiguous
                     ..*io
                 };
                 out.extend(self.attention(p, plan, &on_copies, sc.part));
@@ -631,11 +676,18 @@ impl TensorCore {
             lse: io.lse.addr,
             lse_bs: io.lse.bs,
             lse_hs: io.lse.hs,
+            table: io.pages.map_or(0, |pg| pg.table),
+            page_shift: io.pages.map_or(0, |pg| pg.page_shift),
+            max_pages: io.pages.map_or(0, |pg| pg.max_pages),
         };
         if plan.decode {
             let cfg = self.cfg_dec[plan.di];
+            let family = match (&self.decp, io.pages) {
+                (Some(decp), Some(_)) => decp,
+                _ => &self.dec,
+            };
             let mut out = vec![Launch {
-                kernel: self.dec[plan.dt][plan.di][causal].clone(),
+                kernel: family[plan.dt][plan.di][causal].clone(),
                 grid: (
                     if split { nch as u32 } else { 1 },
                     s.kv_heads as u32,

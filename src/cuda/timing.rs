@@ -30,8 +30,8 @@ pub struct BenchOptions {
     /// The layout of the inputs and the output.
     pub order: Order,
     /// K and V in a paged cache of this many rows per page (`inputs::paginate`'s shuffled
-    /// placement, one block table for every input set): each call then gathers the used rows
-    /// first, as `CudaBackend::run_device_paged` does.
+    /// placement, one block table for every input set), read as `CudaBackend::run_device_paged`
+    /// reads it ([`BenchResult::paged`] says how).
     pub page_size: Option<usize>,
 }
 
@@ -62,6 +62,19 @@ pub struct BenchResult {
     pub iters: usize,
     /// Input sets rotated between calls (so they do not sit in L2).
     pub rotate: usize,
+    /// With `BenchOptions::page_size`: how each call read the paged cache.
+    pub paged: Option<PagedRead>,
+}
+
+/// How a paged call reads its cache (`CudaBackend::run_device_paged`, the benchmark).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PagedRead {
+    /// The attention kernels read the pages through the block table (the TensorCore decode
+    /// kernels, pages laid out as the path needs).
+    BlockTable,
+    /// The rows the call uses are gathered into contiguous K and V first, then the path runs on
+    /// those.
+    Gathered,
 }
 
 /// One seeded input set on the device, in the layout asked for.
@@ -242,5 +255,6 @@ fn bench_result(mut times: Vec<f64>, rotate: usize) -> BenchResult {
         max_us: times.last().copied().unwrap_or(f64::NAN),
         iters: n,
         rotate,
+        paged: None,
     }
 }

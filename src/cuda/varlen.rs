@@ -159,6 +159,15 @@ impl<P: GpuPath> GpuPath for Sequences<'_, P> {
         })))
     }
 
+    /// A problem without varlen as the path decides; a varlen batch never (its sequences run on
+    /// the gathered rows).
+    fn reads_pages(&self, p: &Problem, plan: &Self::Plan) -> bool {
+        match plan {
+            Plan::Whole(pl) => self.0.reads_pages(p, pl),
+            Plan::Packed(_) => false,
+        }
+    }
+
     fn scratch(&self, p: &Problem, plan: &Self::Plan, check: bool) -> Vec<usize> {
         match plan {
             Plan::Whole(pl) => self.0.scratch(p, pl, check),
@@ -199,6 +208,7 @@ impl<P: GpuPath> GpuPath for Sequences<'_, P> {
                     0 => io.lse,
                     _ => dev_from(io.lse, part.q_row, 4),
                 },
+                pages: None,
             };
             let sub_scratch: Vec<u64> = scratch
                 .iter()

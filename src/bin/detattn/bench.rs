@@ -42,8 +42,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     per_sample: u32,
     /// GPU only: K and V in a paged cache of N-row pages (a power of two in 16..=256, placed as
-    /// `run --page-size` places them); each call gathers the rows it reads first, as the device
-    /// entry point of paged caches does, and that gather is timed with it.
+    /// `run --page-size` places them), read as the device entry point of paged caches reads them
+    /// (through the block table by the TensorCore decode kernels, else gathered per call and the
+    /// gather timed with the call); the output says which.
     #[arg(long, value_name = "N")]
     page_size: Option<usize>,
 }
@@ -55,6 +56,8 @@ struct Timing {
     max_us: f64,
     iters: usize,
     timer: &'static str,
+    /// How a paged cache was read (GPU, `--page-size`).
+    paged: Option<&'static str>,
 }
 
 impl BenchArgs {
@@ -103,7 +106,7 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
                 shape_text(&p),
                 a.layout.name(),
                 match args.page_size {
-                    Some(ps) => format!(", K and V in {ps}-row pages, gathered per call"),
+                    Some(ps) => format!(", K and V in {ps}-row pages"),
                     None => String::new(),
                 }
             ),
@@ -158,6 +161,7 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
             "warmup": args.warmup,
             "rotate": rotate,
             "timer": t.timer,
+            "paged_read": t.paged,
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -192,6 +196,10 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
         bytes / 1e6,
         intensity
     );
+    let protocol = match t.paged {
+        Some(how) => format!("{protocol}; paged cache {how}"),
+        None => protocol,
+    };
     let rows = [
         ("protocol", protocol),
         ("median", format!("{:>12}   {rate}", fmt_us(t.median_us))),
@@ -233,6 +241,10 @@ fn gpu_bench(engine: &Engine, args: &BenchArgs, p: &Problem) -> Result<Timing, F
         max_us: r.max_us,
         iters: r.iters,
         timer: "CUDA events",
+        paged: r.paged.map(|m| match m {
+            detattn::cuda::PagedRead::BlockTable => "read through the block table by the kernels",
+            detattn::cuda::PagedRead::Gathered => "the used rows gathered per call, then run",
+        }),
     })
 }
 
@@ -305,6 +317,7 @@ fn cpu_bench<T: Element>(
         max_us: ts[ts.len() - 1],
         iters,
         timer: "wall clock (std::time::Instant) per Engine::run_tensors call",
+        paged: None,
     })
 }
 

@@ -937,7 +937,8 @@ extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic
 
 constexpr int DEC_R = 16;          // rows per KV head at most
 constexpr int DEC_NT = 256;        // threads of dec_scores_wide and dec_weights
-constexpr int DEC_KT = 256;        // keys per dec_weights / dec_scores_wide block: score rows are padded to it
+constexpr int DEC_KT = 256;        // keys per dec_scores / dec_scores_wide block: score rows are padded to it
+constexpr int DEC_WK = 4;          // dec_weights: DEC_KT-key groups per block (DEC_WK · DEC_KT keys)
 constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)
 constexpr int DEC_ST = TILE;       // dec_scores: threads, one key each, one tile per block
 constexpr int DEC_DS = 32;         // columns per dec_values block (a warp's lanes)
@@ -1411,66 +1412,75 @@ __device__ void dec_scores_wide(const DecParams& P) {
     }
 }
 
-// The weights of §4, once per key and row (not once per column block): DEC_KT keys (four tiles)
-// of one KV head per block. The running maximum after tile t is the maximum of the tile maxima
-// of tiles 0 … t and −FLT_MAX, zero made +0 (max is exact, so a block reduces the tiles before its
-// own in any order and gets the bits of §4's sequential mnew); alpha of tile t follows from the
-// maxima after t − 1 and t. p overwrites the score in x (+0 where the key is invalid; a valid
-// key's p is never 0: clamp keeps exp(·) ≥ e^-80 and W·e^-80 is a normal-or-subnormal non-zero
-// float, subnormals being kept), alpha goes to al [R][xpad / 64]. Stages past the last valid key
-// of every row are skipped by position: dec_values never reads them.
+// The weights of §4, once per key and row (not once per column block): DEC_WK groups of DEC_KT
+// keys (DEC_WK · 4 tiles) of one KV head per block, so that the block's set-up (the head, the
+// maximum over the earlier tiles, the tiles' running maxima) is paid once per 1024 keys, and each
+// thread's key loads of all groups are in flight together. The running maximum after tile t is the
+// maximum of the tile maxima of tiles 0 … t and −FLT_MAX, zero made +0 (max is exact, so a block
+// reduces the tiles before its own in any order and gets the bits of §4's sequential mnew); alpha
+// of tile t follows from the maxima after t − 1 and t. p overwrites the score in x (+0 where the
+// key is invalid; a valid key's p is never 0: clamp keeps exp(·) ≥ e^-80 and W·e^-80 is a
+// normal-or-subnormal non-zero float, subnormals being kept), alpha goes to al [R][xpad / 64].
+// Groups past the last valid key of every row are not written (position): dec_values never reads
+// them; their loads are clamped into the row (addresses by position only).
 template <class E>
 __device__ void dec_weights(const DecParams& P) {
-    __shared__ float mn[DEC_R][DEC_KT / TILE];
-    __shared__ float red[DEC_NT / 32][DEC_R];
+    constexpr int NT = DEC_WK * DEC_KT / TILE;  // tiles per block
+    __shared__ float mn[DEC_R][NT];
+    __shared__ float red[2][DEC_R];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const DecHead H = dec_head(P);
     const int R = P.R;
     const int ntile = P.xpad / TILE;
-    const int t0 = (int)blockIdx.x * (DEC_KT / TILE);
+    const int t0 = (int)blockIdx.x * NT;
     const long long rbase = (long long)H.bkv * R;
-    if ((int)blockIdx.x * DEC_KT >= H.kl) return;  // position
-    // Each row's maximum over the tiles before this block's.
-    float pre[DEC_R];
+    if (t0 * TILE >= H.kl) return;  // position
+    // Each row's maximum over the tiles before this block's: warp w reduces rows w and w + 8 (rows
+    // past R repeat row R - 1, unused), its lanes striding the tiles. Every load unconditional, the
+    // trip counts public and the same for the whole warp (its shuffles stay converged).
+    static_assert(DEC_R == 2 * (DEC_NT / 32), "two rows per warp");
 #pragma unroll
-    for (int r = 0; r < DEC_R; ++r) pre[r] = -DA_FLT_MAX;
-    for (int t = tid; t < t0; t += DEC_NT) {
-#pragma unroll
-        for (int r = 0; r < DEC_R; ++r)
-            if (r < R) pre[r] = fmaxf(pre[r], P.tm[(rbase + r) * ntile + t]);
-    }
-#pragma unroll
-    for (int r = 0; r < DEC_R; ++r) {
-        if (r < R) {
-            for (int o = 16; o > 0; o >>= 1) pre[r] = fmaxf(pre[r], __shfl_xor_sync(0xFFFFFFFFu, pre[r], o));
-            if (lane == 0) red[warp][r] = pre[r];
-        }
+    for (int k = 0; k < 2; ++k) {
+        const int r = warp + (DEC_NT / 32) * k;
+        const float* tr = P.tm + (rbase + min(r, R - 1)) * ntile;
+        float m = -DA_FLT_MAX;
+        for (int t = lane; t < t0; t += 32) m = fmaxf(m, tr[t]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+        if (lane == 0) red[k][r] = m;
     }
     __syncthreads();
     if (tid < R) {
-        float m = -DA_FLT_MAX;
+        // the state after tile t0 - 1 (or the initial −FLT_MAX)
+        float m = __fadd_rn(red[tid / (DEC_NT / 32)][tid], 0.0f);
+        // Every tile maximum loaded first (tiles past the row's padded length clamped to its last:
+        // their alpha is not written and their running maximum never read).
+        float tmv[NT];
 #pragma unroll
-        for (int w = 0; w < DEC_NT / 32; ++w) m = fmaxf(m, red[w][tid]);
-        m = __fadd_rn(m, 0.0f);  // the state after tile t0 - 1 (or the initial −FLT_MAX)
+        for (int k = 0; k < NT; ++k) tmv[k] = P.tm[(rbase + tid) * ntile + min(t0 + k, ntile - 1)];
 #pragma unroll
-        for (int k = 0; k < DEC_KT / TILE; ++k) {
-            const float mnew = __fadd_rn(fmaxf(m, P.tm[(rbase + tid) * ntile + t0 + k]), 0.0f);
-            P.al[(rbase + tid) * ntile + t0 + k] = detattn::exp(clamp_z(__fsub_rn(m, mnew)));
+        for (int k = 0; k < NT; ++k) {
+            const float mnew = __fadd_rn(fmaxf(m, tmv[k]), 0.0f);
+            const float a = detattn::exp(clamp_z(__fsub_rn(m, mnew)));
+            if (t0 + k < ntile) P.al[(rbase + tid) * ntile + t0 + k] = a;  // position
             mn[tid][k] = mnew;
             m = mnew;
         }
     }
     __syncthreads();
-    const int j = (int)blockIdx.x * DEC_KT + tid;
+    const int j0 = t0 * TILE + tid;
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+        float* xr = P.x + (rbase + r) * P.xpad;
+        float x[DEC_WK];
 #pragma unroll
-    for (int r = 0; r < DEC_R; ++r) {
-        if (r < R) {
-            float* xp = P.x + (rbase + r) * P.xpad + j;
-            const float x = *xp;
-            const unsigned vm = mask_of(__float_as_uint(x) != DEC_INVALID);
-            const float xm = sel(vm != 0u, x, -DA_FLT_MAX);
-            const float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm, mn[r][tid / TILE]))), DA_W);
-            *xp = __uint_as_float(__float_as_uint(e) & vm);
+        for (int g = 0; g < DEC_WK; ++g) x[g] = xr[min(j0 + g * DEC_KT, P.xpad - 1)];
+#pragma unroll
+        for (int g = 0; g < DEC_WK; ++g) {
+            const unsigned vm = mask_of(__float_as_uint(x[g]) != DEC_INVALID);
+            const float xm = sel(vm != 0u, x[g], -DA_FLT_MAX);
+            const float e = __fmul_rn(detattn::exp(clamp_z(__fsub_rn(xm, mn[r][(g * DEC_KT + tid) / TILE]))), DA_W);
+            if ((t0 + g * (DEC_KT / TILE)) * TILE < H.kl)  // the group holds a valid key (position)
+                xr[j0 + g * DEC_KT] = __uint_as_float(__float_as_uint(e) & vm);
         }
     }
 }
@@ -1777,8 +1787,8 @@ DA_DEC(ElemBf16, bf16)
 // the score rows), dec_finish threads, the largest head dim of dec_scores (past it
 // dec_scores_wide), dec_values' dynamic shared bytes for 2-byte and for 4-byte elements}.
 // dec_scores takes dec_scores_smem(D, element size) dynamic shared bytes, which the host mirrors.
-extern "C" __constant__ int detattn_dec_cfg[10] = {DEC_R, DEC_NT, DEC_ST, DEC_VT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX,
-                                                   DecVLayout<ElemF16>::SMEM, DecVLayout<ElemF32>::SMEM};
+extern "C" __constant__ int detattn_dec_cfg[11] = {DEC_R, DEC_NT, DEC_ST, DEC_VT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX,
+                                                   DecVLayout<ElemF16>::SMEM, DecVLayout<ElemF32>::SMEM, DEC_WK};
 
 // ------------------------------------------------------------------------------ paged KV gather
 

@@ -183,7 +183,7 @@ for s in "${STAGES[@]}"; do
         stage exdec 300 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:detattn_dec_ "$BIN" bench --backend cuda \
           --path exact --dtype bf16 --q-heads 32 --kv-heads 8 --q-len 1 --head-dim 128 $shape --warmup 0 --iters 1
       done
-      grep -h "detattn_dec_\|gpu__time_duration" "$OUT/exdec.log" | paste - - | awk '{print $1, $(NF)}' ;;
+      awk '/^  detattn_dec_/{k=$1} /^ +gpu__time_duration.sum/{print k, $NF}' "$OUT/exdec.log" ;;
     tcbench)
       for n in 1 10; do
         stage tcbench 280 python3 scripts/gpu_compare.py "$BIN" "$OUT/tc-compare-ps$n.json" \

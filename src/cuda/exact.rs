@@ -186,9 +186,11 @@ struct DecCfg {
     values_threads: u32,
     /// Columns per `dec_values` block.
     cols: usize,
-    /// Keys per `dec_weights` (and `dec_scores_wide`) block: the score rows are padded to a
+    /// Keys per `dec_scores` (and `dec_scores_wide`) block: the score rows are padded to a
     /// multiple of it.
     keys: usize,
+    /// Groups of `keys` keys per `dec_weights` block.
+    weight_groups: usize,
     /// Threads of `dec_finish`.
     finish_threads: u32,
     /// The largest head dim of `dec_scores` (four tiles per block, rows staged whole); past it
@@ -312,7 +314,7 @@ impl Exact {
                 smem: smem as u32,
             };
         }
-        let d = module.constant_i32::<10>("detattn_dec_cfg")?;
+        let d = module.constant_i32::<11>("detattn_dec_cfg")?;
         let threads = |x: i32| (32..=1024).contains(&x) && x % 32 == 0;
         if !(1..=64).contains(&d[0])
             || !threads(d[1])
@@ -325,6 +327,7 @@ impl Exact {
             || !(1..=MAX_HEAD_DIM as i32).contains(&d[7])
             || !(1..=256 * 1024).contains(&d[8])
             || !(1..=256 * 1024).contains(&d[9])
+            || !(1..=64).contains(&d[10])
         {
             return Err(Error::Cuda {
                 op: "cubin launch table",
@@ -341,6 +344,7 @@ impl Exact {
             finish_threads: d[6] as u32,
             narrow_dim: d[7] as usize,
             values_smem: [d[8] as u32, d[9] as u32],
+            weight_groups: d[10] as usize,
         };
         // Every Exact kernel takes one `Params` by value, the decode kernels one `DecParams`.
         let abi = [std::mem::size_of::<Params>()];
@@ -650,8 +654,9 @@ impl Exact {
             v_vec: i32::from(rows_in_units(&io.v, s.head_dim, es)),
         };
         let c = self.dec_cfg;
-        // (kernel, grid x, threads, dynamic shared bytes): scores and weights one block per
-        // `keys` keys, chains one per column slice and one for the rows' l, division one per row.
+        // (kernel, grid x, threads, dynamic shared bytes): scores one block per `keys` keys,
+        // weights one per `weight_groups` of those, chains one per column slice and one for the
+        // rows' l, division one per row.
         let scores = if s.head_dim <= c.narrow_dim {
             (
                 0,
@@ -664,7 +669,7 @@ impl Exact {
         };
         let steps = [
             scores,
-            (2, d.xpad / c.keys, c.threads, 0),
+            (2, d.xpad.div_ceil(c.keys * c.weight_groups), c.threads, 0),
             (3, d.nslice + 1, c.values_threads, c.values_smem(es)),
             (4, d.r, c.finish_threads, 0),
         ];

@@ -685,9 +685,10 @@ fn the_bench_times_varlen_batches_and_paged_caches() {
             .kv_lens(vec![900, 17, 512])
             .build()
             .unwrap();
-        // How the paged cache is read: the TensorCore decode kernels through the block table
-        // (pages of 16 rows: row by row; of 64: whole tiles), everything else gathered.
-        let native = (path == Path::TensorCore).then_some(PagedRead::BlockTable);
+        // How the paged cache is read: the TensorCore decode kernels through the block table (the
+        // sm_80-sm_90 cubins; sm_100/sm_120 have no paged kernels), everything else gathered.
+        let blackwell = c.arch().starts_with("sm_1");
+        let native = (path == Path::TensorCore && !blackwell).then_some(PagedRead::BlockTable);
         let cases = [
             (&varlen, None, None),
             (&varlen, Some(32), Some(PagedRead::Gathered)),

@@ -189,8 +189,8 @@ impl TcArgs {
 /// The one by-value parameter of the `tc_sanitize_*`, `tc_first_bad`, `tc_poison_*` and
 /// `tc_any_flag` kernels: field for field the `TcPolicy` struct of kernels/tensorcore.cu (11
 /// device addresses, 11 `long long`s, 10 `int`s, then the log-sum-exp's address and its 2
-/// `long long` strides, the block table's address and 2 `int`s: 256 bytes). Change both together, and the byte
-/// ranges of their audit/rules.toml entries.
+/// `long long` strides, the block table's address and 2 `int`s: 256 bytes). Change both
+/// together, and the byte ranges of their audit/rules.toml entries.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 struct TcPolicy {

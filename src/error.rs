@@ -140,16 +140,6 @@ pub enum Error {
         /// The other, as text.
         second: &'static str,
     },
-    /// The backend does not offer this feature (yet); the CPU backend does.
-    #[error("{feature} is not available on the {backend} backend: {reason}")]
-    FeatureUnavailable {
-        /// The feature asked for.
-        feature: &'static str,
-        /// The backend (and path, where one was chosen).
-        backend: String,
-        /// Why, and where it runs instead.
-        reason: &'static str,
-    },
     /// A tensor's size in elements overflows the address space.
     #[error("{tensor} has too many elements for this platform ({what})")]
     SizeOverflow {
@@ -349,8 +339,7 @@ impl Error {
             | Error::BlockTableEntry { .. }
             | Error::CacheCapacity { .. }
             | Error::CuSeqlens { .. }
-            | Error::IncompatibleOptions { .. }
-            | Error::FeatureUnavailable { .. } => true,
+            | Error::IncompatibleOptions { .. } => true,
             Error::DeviceMemory { .. }
             | Error::ThreadPool { .. }
             | Error::NoCudaDriver { .. }

@@ -867,10 +867,6 @@ const COVERAGE: &[(&str, &str)] = &[
         "IncompatibleOptions",
         "tests/kvcache.rs: varlen_options_that_do_not_combine_are_typed_errors",
     ),
-    (
-        "FeatureUnavailable",
-        "tests/cuda_kvcache.rs: log_sum_exp_on_the_gpu (GPU)",
-    ),
 ];
 
 /// The variant names of `pub enum Error` in src/error.rs: the lines inside the enum indented by

@@ -33,6 +33,14 @@ sanitize_cases() {  # sanitize_cases NAME LIMIT_S TOOL: compute-sanitizer's TOOL
   done
 }
 
+sanitize_all() {  # sanitize_all NAME LIMIT_S: the four tools on each CLI problem of P, then the summaries
+  local name=$1 limit=$2 tool
+  for tool in memcheck racecheck initcheck synccheck; do
+    sanitize_cases "$name" "$limit" "$tool"
+  done
+  grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/$name.log" | sort | uniq -c
+}
+
 stage() {  # stage NAME LIMIT_S CMD...: run with a time limit, log, record the exit status
   local name=$1 limit=$2; shift 2
   echo "=== $name: $*" | tee -a "$OUT/$name.log"
@@ -138,10 +146,7 @@ for s in "${STAGES[@]}"; do
         "--dtype bf16 --batch 1 --q-heads 6 --kv-heads 2 --q-len 2 --kv-len 333 --head-dim 100 --layout bshd --causal"
         "--dtype f16 --batch 3 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 2000 --head-dim 80 --kv-lens 2000,0,1999"
       )
-      for tool in memcheck racecheck initcheck synccheck; do
-        sanitize_cases decsan 120 "$tool"
-      done
-      grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/decsan.log" | sort | uniq -c ;;
+      sanitize_all decsan 120 ;;
     tclse)
       # compute-sanitizer's four tools on the TensorCore kernels writing the log-sum-exp: a split
       # decode and its merge under Propagate (poison), with a batch element without keys; a
@@ -153,10 +158,7 @@ for s in "${STAGES[@]}"; do
         "--path tensorcore --dtype f16 --batch 128 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 2100 --head-dim 64 --lse"
         "--path tensorcore --dtype bf16 --q-heads 4 --kv-heads 1 --head-dim 64 --seqlens-q 1,9,0 --seqlens-k 40,9,5 --causal --lse"
       )
-      for tool in memcheck racecheck initcheck synccheck; do
-        sanitize_cases tclse 200 "$tool"
-      done
-      grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/tclse.log" | sort | uniq -c ;;
+      sanitize_all tclse 200 ;;
     tcpaged)
       # The TensorCore decode kernels reading a paged cache through its block table (tc_decp_*) and
       # the policy kernels scanning and copying pages: the device entry of paged caches against the

@@ -493,8 +493,8 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
 enum PagedRoute<Pl> {
     /// The path's kernels read the pages through the block table, with this plan.
     Pages(Pl),
-    /// The used rows are gathered into contiguous tensors first.
-    Gather,
+    /// The used rows are gathered into contiguous tensors first; the plan for those.
+    Gather(Pl),
 }
 
 /// The route of a paged call of `p` with the operands `ops` (K and V: the pages): the path's plan
@@ -509,7 +509,7 @@ fn paged_route<P: GpuPath>(
     paging: &Paging<'_>,
 ) -> Result<PagedRoute<P::Plan>> {
     let kv = gathered_kv(p);
-    plan(
+    let gathered = plan(
         path,
         p,
         dtype,
@@ -520,11 +520,11 @@ fn paged_route<P: GpuPath>(
         },
     )?;
     if paging.max_pages == 0 || i32::try_from(paging.max_pages).is_err() {
-        return Ok(PagedRoute::Gather);
+        return Ok(PagedRoute::Gather(gathered));
     }
     Ok(match plan(path, p, dtype, ops) {
         Ok(pl) if path.reads_pages(p, &pl) => PagedRoute::Pages(pl),
-        _ => PagedRoute::Gather,
+        _ => PagedRoute::Gather(gathered),
     })
 }
 
@@ -702,7 +702,7 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
     };
     let read = match &route {
         Some(PagedRoute::Pages(_)) => Some(timing::PagedRead::BlockTable),
-        Some(PagedRoute::Gather) => Some(timing::PagedRead::Gathered),
+        Some(PagedRoute::Gather(_)) => Some(timing::PagedRead::Gathered),
         None => None,
     };
     let (plan, table, mut gathered) = match (route, &paging) {
@@ -711,15 +711,9 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
             dev.reserve(bytes)?;
             (pl, Some(DeviceTable::upload(dev, pg, bytes)?), None)
         }
-        (Some(PagedRoute::Gather), Some(pg)) => {
-            let kv = gathered_kv(p);
-            let gops = Operands {
-                k: kv,
-                v: kv,
-                ..ops
-            };
+        (Some(PagedRoute::Gather(pl)), Some(pg)) => {
             let g = Gathered::<T>::alloc(dev, p, pg.block_table)?;
-            (plan(path, p, T::DTYPE, &gops)?, None, Some(g))
+            (pl, None, Some(g))
         }
         _ => (plan(path, p, T::DTYPE, &ops)?, None, None),
     };

@@ -68,6 +68,13 @@ pub(crate) struct PagedIo {
     pub max_pages: i32,
 }
 
+impl PagedIo {
+    /// `(table, page_shift, max_pages)` as the kernels take them: zeros without a paged cache.
+    pub(crate) fn args(pages: Option<PagedIo>) -> (u64, i32, i32) {
+        pages.map_or((0, 0, 0), |p| (p.table, p.page_shift, p.max_pages))
+    }
+}
+
 /// One step of a call. Every path runs the same steps, so the entry points are written once:
 /// - `Check`: the device non-finite scan of q, k and v (`Reject` on device-resident inputs): it
 ///   reads every element and leaves three words (q, k, v: nonzero if that tensor holds a NaN or

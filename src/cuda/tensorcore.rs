@@ -30,7 +30,7 @@
 //! whatever the values: only the policy and the shape choose them.
 
 use super::launch::{Kernel, Launch, Module, within_grid_yz};
-use super::path::{DevTensor, GpuPath, Io, Step};
+use super::path::{DevTensor, GpuPath, Io, PagedIo, Step};
 use super::unread_pages;
 use crate::dtype::DType;
 use crate::error::{Error, Result, TensorName};
@@ -543,6 +543,7 @@ impl GpuPath for TensorCore {
                 ),
             ];
             for (i, (t, flags_at, rows, heads, seq, pages)) in tensors.into_iter().enumerate() {
+                let (table, page_shift, max_pages) = PagedIo::args(pages);
                 let chunks = rows * (s.head_dim / CHUNK);
                 let prm = TcPolicy {
                     src: t.addr,
@@ -554,9 +555,9 @@ impl GpuPath for TensorCore {
                     s_ss: t.ss,
                     s_heads: heads as i32,
                     s_seq: seq as i32,
-                    table: pages.map_or(0, |pg| pg.table),
-                    page_shift: pages.map_or(0, |pg| pg.page_shift),
-                    max_pages: pages.map_or(0, |pg| pg.max_pages),
+                    table,
+                    page_shift,
+                    max_pages,
                     ..base
                 };
                 out.push(self.policy(
@@ -641,6 +642,7 @@ impl TensorCore {
         let (msb, msh, msq) = mask_strides(p);
         let nch = self.chunks(p);
         let split = plan.decode && self.split_decode(p);
+        let (table, page_shift, max_pages) = PagedIo::args(io.pages);
         let a = TcArgs {
             q: io.q.addr,
             k: io.k.addr,
@@ -676,9 +678,9 @@ impl TensorCore {
             lse: io.lse.addr,
             lse_bs: io.lse.bs,
             lse_hs: io.lse.hs,
-            table: io.pages.map_or(0, |pg| pg.table),
-            page_shift: io.pages.map_or(0, |pg| pg.page_shift),
-            max_pages: io.pages.map_or(0, |pg| pg.max_pages),
+            table,
+            page_shift,
+            max_pages,
         };
         if plan.decode {
             let cfg = self.cfg_dec[plan.di];

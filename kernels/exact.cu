@@ -1004,13 +1004,40 @@ __device__ __forceinline__ void dec_row(const DecParams& P, int kvh, int r, int&
 // Stages of raw rows in shared memory: `rows` rows (row `row` is key j0 + row of `base`, row
 // stride ss elements) of `units` 16-byte units at shared row stride `sstride` bytes, of which the
 // first `n` elements are read (n ≤ units·16/size), the rest and every row at or past `jend`
-// zeros. Only bytes move: no bit of a value changes. Two ways, by public layout facts:
-// - dec_rows_own: every row 16-byte aligned with n a whole number of units (the host's k_vec),
-//   as many rows as threads: thread i copies row i by cp.async, unit after unit (the caller
-//   commits);
+// zeros. Only bytes move: no bit of a value changes. Three ways, by public layout facts:
+// - dec_rows_units: every row 16-byte aligned with n a whole number of units (the host's k_vec)
+//   and `units` a power of two up to DEC_ST, DEC_ST rows: thread i copies unit i mod units of
+//   rows i / units + k·(DEC_ST / units) by cp.async (the caller commits), so a warp's
+//   instruction reads consecutive units of consecutive rows, whole 32-byte sectors (a thread
+//   per row had each sector fetched twice through L2, which bound dec_scores at large batches:
+//   perf.md);
+// - dec_rows_own: aligned rows of any other unit count, as many rows as threads: thread i copies
+//   row i, unit after unit;
 // - dec_rows_scalar: any layout, element by element (loads and stores now, a warp per row).
 // (dec_values copies its aligned V slices itself: DecVLoads.) The caller's next barrier publishes
 // them.
+template <class E>
+__device__ __forceinline__ void dec_rows_units(unsigned char* s, int sstride, const typename E::T* base, long long ss,
+                                               int j0, int jend, int units, int n) {
+    constexpr int EU = 16 / (int)sizeof(typename E::T);
+    // Shifts, not divisions: units is a power of two.
+    const int lg = 31 - __clz(units);
+    const int rp = DEC_ST >> lg;  // rows a pass
+    const int u = (int)threadIdx.x & (units - 1);
+    int j = j0 + ((int)threadIdx.x >> lg);
+    const bool uok = u * EU < n;
+    const typename E::T* g = base + (long long)j * ss + u * EU;
+    unsigned char* d = s + ((int)threadIdx.x >> lg) * sstride + u * 16;
+    const long long gstep = (long long)rp * ss;
+#pragma unroll 1
+    for (int k = 0; k < units; ++k) {
+        const bool ok = uok && j < jend;
+        cp_async16z(d, ok ? g : base, ok);
+        g += gstep;
+        d += rp * sstride;
+        j += rp;
+    }
+}
 template <class E>
 __device__ __forceinline__ void dec_rows_own(unsigned char* s, int sstride, const typename E::T* base, long long ss,
                                              int j0, int jend, int units, int n) {
@@ -1045,12 +1072,14 @@ __device__ __forceinline__ void dec_rows_scalar(unsigned char* s, int sstride, c
 
 // Dynamic shared bytes of dec_scores (src/cuda/exact.rs mirrors it): the tile's K rows, raw, at
 // a stride of an odd number of 16-byte units (a warp's per-thread row reads then hit distinct
-// banks), then the query rows scaled and transposed, qT[d][DEC_R], d < D8 = D rounded up to 8.
+// banks), then the query rows scaled and transposed, qT[d][rs], d < D8 = D rounded up to 8, rs
+// the rows rounded up to a group of four (4, 8 or 16: dec_scores_rows).
 __host__ __device__ constexpr int dec_k_units(int d, int es) { return ((((d + 7) & ~7) * es / 16) | 1); }
-__host__ __device__ constexpr int dec_scores_smem(int d, int es) {
-    return DEC_ST * dec_k_units(d, es) * 16 + ((d + 7) & ~7) * DEC_R * 4;
+__host__ __device__ constexpr int dec_scores_rows(int r) { return r <= 4 ? 4 : r <= 8 ? 8 : DEC_R; }
+__host__ __device__ constexpr int dec_scores_smem(int d, int es, int r) {
+    return DEC_ST * dec_k_units(d, es) * 16 + ((d + 7) & ~7) * dec_scores_rows(r) * 4;
 }
-static_assert(dec_scores_smem(DEC_DMAX, 4) <= 101376, "dec_scores within sm_86/sm_89/sm_120's 99 KB");
+static_assert(dec_scores_smem(DEC_DMAX, 4, DEC_R) <= 101376, "dec_scores within sm_86/sm_89/sm_120's 99 KB");
 
 // dec_scores' shared state besides the staged rows: the query rows' shifts and the halves of
 // each tile's maxima and bad-key flags.
@@ -1075,11 +1104,15 @@ __device__ __forceinline__ void dec_scores_run(const DecParams& P, const DecHead
     typedef typename E::T T;
     const int D8 = (P.D + 7) & ~7;
     const T* kbase = (const T*)P.k + (H.b * P.k_bs + H.kvh * P.k_hs);
+    const int units = D8 * (int)sizeof(T) / 16;
+    const bool pow2u = (units & (units - 1)) == 0 && units <= DEC_ST;  // public
 #pragma unroll 1
     for (int t = t0; t < t0 + DEC_KT / TILE; ++t) {
         const int j0 = t * TILE;
-        if (P.k_vec)  // a launch fact
-            dec_rows_own<E>(ks, ku * 16, kbase, P.k_ss, j0, P.Skv, D8 * (int)sizeof(T) / 16, P.D);
+        if (P.k_vec && pow2u)  // launch facts
+            dec_rows_units<E>(ks, ku * 16, kbase, P.k_ss, j0, P.Skv, units, P.D);
+        else if (P.k_vec)
+            dec_rows_own<E>(ks, ku * 16, kbase, P.k_ss, j0, P.Skv, units, P.D);
         else
             dec_rows_scalar<E, DEC_ST>(ks, ku * 16, kbase, P.k_ss, j0, DEC_ST, P.Skv, D8 * (int)sizeof(T) / 16, P.D);
         cp_commit();
@@ -1133,7 +1166,7 @@ __device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHea
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
             const float k = __fmul_rn(PROP ? sanitize(x[e]) : x[e], fk);  // §2.5
-            const float* qd = qT + (c + e) * DEC_R;
+            const float* qd = qT + (c + e) * (4 * NG);  // NG groups of four: dec_scores_rows(R)
 #pragma unroll
             for (int g = 0; g < NG; ++g) {
                 const float4 q4 = *reinterpret_cast<const float4*>(qd + 4 * g);
@@ -1211,7 +1244,7 @@ __device__ void dec_scores(const DecParams& P) {
     // The query rows, a warp per row (lane l holds elements l + 32e), and zeros in the rows past
     // R of the last group of four the chains read (their chains are computed and dropped). The
     // trip count is the same for both warps (ng: public), so their shuffles stay converged.
-    const int ng = R <= 4 ? 1 : R <= 8 ? 2 : 4;  // row groups, as dec_scores_run is instantiated
+    const int ng = dec_scores_rows(R) / 4;  // row groups, as dec_scores_run is instantiated
 #pragma unroll 1
     for (int k = 0; k < 2 * ng; ++k) {
         const int r = warp + (DEC_ST / 32) * k;
@@ -1233,7 +1266,7 @@ __device__ void dec_scores(const DecParams& P) {
 #pragma unroll
         for (int e = 0; e < DEC_DMAX / 32; ++e) {
             const int d = lane + 32 * e;
-            if (d < D8) qT[d * DEC_R + r] = __fmul_rn(x[e], f);  // §2.5
+            if (d < D8) qT[d * (4 * ng) + r] = __fmul_rn(x[e], f);  // §2.5
         }
         if (lane == 0) S.shq[r] = shift;
     }
@@ -1492,28 +1525,33 @@ __device__ void dec_weights(const DecParams& P) {
 // Thread (warp w, lane c) runs column c of rows w + 4k (k < RPW) sequentially over the keys; lane
 // r of warp 0 of the l block runs row r's l. Each thread widens its V elements itself (§1:
 // exact) as it reads them from the stage, a key at a time.
-template <class E>
+// RP: the rows the stage has room for, DEC_R or (when R ≤ 4, the usual decode) 4: a smaller
+// stage lets more blocks share an SM.
+template <class E, int RP>
 struct DecVLayout {
     static constexpr int ES = (int)sizeof(typename E::T);
-    static constexpr int NS = 4;                               // stages in the ring
-    static constexpr int VBYTES = DEC_VK * DEC_DS * ES;        // V [DEC_VK][DEC_DS], raw
-    static constexpr int PBYTES = DEC_R * DEC_PS * 4;          // p [DEC_R][DEC_PS]
-    static constexpr int ABYTES = DEC_R * (DEC_VK / TILE) * 4; // alpha [DEC_R][tiles]
+    static constexpr int NS = 4;                             // stages in the ring
+    static constexpr int VBYTES = DEC_VK * DEC_DS * ES;      // V [DEC_VK][DEC_DS], raw
+    static constexpr int PBYTES = RP * DEC_PS * 4;           // p [RP][DEC_PS]
+    static constexpr int ABYTES = RP * (DEC_VK / TILE) * 4;  // alpha [RP][tiles]
     static constexpr int STAGE = VBYTES + PBYTES + ABYTES;
-    static constexpr int SMEM = NS * STAGE;                    // dynamic shared bytes (host: values_smem)
+    static constexpr int SMEM = NS * STAGE;                  // dynamic shared bytes (host: values_smem)
 };
-static_assert(DecVLayout<ElemF32>::STAGE % 16 == 0 && DecVLayout<ElemF16>::STAGE % 16 == 0, "16-byte stages");
-static_assert(DecVLayout<ElemF32>::SMEM <= 101376 && DecVLayout<ElemF16>::SMEM <= 101376,
+constexpr int DEC_RSMALL = 4;  // the smaller stage's rows
+static_assert(DecVLayout<ElemF32, DEC_R>::STAGE % 16 == 0 && DecVLayout<ElemF16, DEC_R>::STAGE % 16 == 0 &&
+                  DecVLayout<ElemF32, DEC_RSMALL>::STAGE % 16 == 0 && DecVLayout<ElemF16, DEC_RSMALL>::STAGE % 16 == 0,
+              "16-byte stages");
+static_assert(DecVLayout<ElemF32, DEC_R>::SMEM <= 101376 && DecVLayout<ElemF16, DEC_R>::SMEM <= 101376,
               "one block within sm_86/sm_89/sm_120's 99 KB");
 
 // dec_values' loads, one stage at a time into its buffer of the ring: the V slice (not in the l
 // block), the weights of the R rows and their tiles' alpha. What a thread copies is the same in
 // every stage but for the stage's first key, so its addresses are formed once and stepped by a
 // stage (public: positions and strides); that keeps the chain warps' issue slots for the chains.
-template <class E, bool LBLOCK>
+template <class E, int RP, bool LBLOCK>
 struct DecVLoads {
     typedef typename E::T T;
-    typedef DecVLayout<E> Lay;
+    typedef DecVLayout<E, RP> Lay;
     static constexpr int VU = DEC_DS * Lay::ES / 16;   // 16-byte units of a row of the slice
     static constexpr int EU = 16 / Lay::ES;            // elements per unit
     static constexpr int VROWS = DEC_VT / VU;          // rows a pass of the block copies
@@ -1577,10 +1615,10 @@ struct DecVLoads {
     }
 };
 
-template <class E, int RPW, bool PROP, bool LBLOCK>
+template <class E, int RP, int RPW, bool PROP, bool LBLOCK>
 __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead& H, int slice, unsigned char* dsb) {
     typedef typename E::T T;
-    typedef DecVLayout<E> Lay;
+    typedef DecVLayout<E, RP> Lay;
     constexpr int TPS = DEC_VK / TILE;  // tiles per stage
     constexpr int NS = Lay::NS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1591,7 +1629,7 @@ __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead
     const int c0 = LBLOCK ? 0 : slice * DEC_DS;
     const int dlim = P.D - c0;  // columns of the slice that exist: min(DEC_DS, dlim)
     const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + c0;
-    const DecVLoads<E, LBLOCK> loads(P, vbase, rbase, ntile, dlim);
+    const DecVLoads<E, RP, LBLOCK> loads(P, vbase, rbase, ntile, dlim);
     float acc[RPW];
 #pragma unroll
     for (int k = 0; k < RPW; ++k) acc[k] = 0.0f;
@@ -1694,23 +1732,24 @@ __device__ void dec_values(const DecParams& P) {
     extern __shared__ __align__(16) unsigned char dsb[];
     const DecHead H = dec_head(P);
     const int slice = (int)blockIdx.x;
-    if (slice == P.nslice) {  // the l block (position)
-        dec_values_run<E, 1, false, true>(P, H, slice, dsb);
-        return;
-    }
-    // Rows per warp at compile time (R: public); non-finite handling by the policy.
-    const int rpw = (P.R + 3) / 4;
-#define DA_VR(RPW)                                                       \
-    do {                                                                 \
-        if (P.propagate) dec_values_run<E, RPW, true, false>(P, H, slice, dsb);  \
-        else dec_values_run<E, RPW, false, false>(P, H, slice, dsb);             \
+    // The stage's rows and the rows per warp at compile time (R: public; the host sizes the
+    // shared memory by R the same way); non-finite handling by the policy.
+#define DA_VR(RP, RPW)                                                                \
+    do {                                                                              \
+        if (P.propagate) dec_values_run<E, RP, RPW, true, false>(P, H, slice, dsb);  \
+        else dec_values_run<E, RP, RPW, false, false>(P, H, slice, dsb);             \
     } while (0)
-    if (rpw == 1) {
-        DA_VR(1);
-    } else if (rpw == 2) {
-        DA_VR(2);
+    if (P.R <= DEC_RSMALL) {
+        if (slice == P.nslice)  // the l block (position)
+            dec_values_run<E, DEC_RSMALL, 1, false, true>(P, H, slice, dsb);
+        else
+            DA_VR(DEC_RSMALL, 1);
+    } else if (slice == P.nslice) {
+        dec_values_run<E, DEC_R, 1, false, true>(P, H, slice, dsb);
+    } else if (P.R <= 8) {
+        DA_VR(DEC_R, 2);
     } else {
-        DA_VR(4);
+        DA_VR(DEC_R, 4);
     }
 #undef DA_VR
 }
@@ -1768,11 +1807,12 @@ __device__ void dec_finish(const DecParams& P) {
     }
 }
 
-// dec_scores declares one block per SM as its minimum: without it the ptxas of sm_86 and sm_120
-// keeps a value on the stack (the audit forbids local memory); dec_values must not (with any
-// minimum, ptxas puts its chains' arrays on the stack).
+// dec_scores declares ten blocks per SM as its minimum (96 registers): with one, ptxas took up
+// to 217 registers once the K copy was by units (8 blocks), and without any the ptxas of sm_86
+// and sm_120 kept a value on the stack (the audit forbids local memory); dec_values must not
+// (with any minimum, ptxas puts its chains' arrays on the stack).
 #define DA_DEC(E, SUF)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(DEC_ST, 1) detattn_dec_scores_##SUF(const DecParams P) { dec_scores<E>(P); } \
+    extern "C" __global__ void __launch_bounds__(DEC_ST, 10) detattn_dec_scores_##SUF(const DecParams P) { dec_scores<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_scores_wide_##SUF(const DecParams P) { dec_scores_wide<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_weights_##SUF(const DecParams P) { dec_weights<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_VT) detattn_dec_values_##SUF(const DecParams P) { dec_values<E>(P); } \
@@ -1785,10 +1825,14 @@ DA_DEC(ElemBf16, bf16)
 // most, threads of dec_scores_wide and dec_weights, threads of dec_scores (one key each),
 // threads of dec_values, columns per dec_values block, keys per dec_weights block (the padding of
 // the score rows), dec_finish threads, the largest head dim of dec_scores (past it
-// dec_scores_wide), dec_values' dynamic shared bytes for 2-byte and for 4-byte elements}.
-// dec_scores takes dec_scores_smem(D, element size) dynamic shared bytes, which the host mirrors.
-extern "C" __constant__ int detattn_dec_cfg[11] = {DEC_R, DEC_NT, DEC_ST, DEC_VT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX,
-                                                   DecVLayout<ElemF16>::SMEM, DecVLayout<ElemF32>::SMEM, DEC_WK};
+// dec_scores_wide), dec_values' dynamic shared bytes for 2-byte and for 4-byte elements, groups
+// per dec_weights block, the rows of dec_values' smaller stage, and its dynamic shared bytes for
+// 2-byte and 4-byte elements (dec_values takes the smaller stage when R is at most its rows)}.
+// dec_scores takes dec_scores_smem(D, element size, R) dynamic shared bytes, which the host mirrors.
+extern "C" __constant__ int detattn_dec_cfg[14] = {DEC_R, DEC_NT, DEC_ST, DEC_VT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX,
+                                                   DecVLayout<ElemF16, DEC_R>::SMEM, DecVLayout<ElemF32, DEC_R>::SMEM, DEC_WK,
+                                                   DEC_RSMALL, DecVLayout<ElemF16, DEC_RSMALL>::SMEM,
+                                                   DecVLayout<ElemF32, DEC_RSMALL>::SMEM};
 
 // ------------------------------------------------------------------------------ paged KV gather
 

@@ -196,23 +196,34 @@ struct DecCfg {
     /// The largest head dim of `dec_scores` (four tiles per block, rows staged whole); past it
     /// `dec_scores_wide` (the head dim in chunks).
     narrow_dim: usize,
-    /// Dynamic shared bytes of `dec_values` for 2-byte and 4-byte elements.
-    values_smem: [u32; 2],
+    /// Dynamic shared bytes of `dec_values` for 2-byte and 4-byte elements: `[0]` with room
+    /// for `rows` rows, `[1]` for `small_rows`, the stage `dec_values` takes when `r` is at most
+    /// that (more blocks then share an SM).
+    values_smem: [[u32; 2]; 2],
+    /// Rows of `dec_values`' smaller stage.
+    small_rows: usize,
 }
 
 impl DecCfg {
     /// Dynamic shared bytes of `dec_scores` at head dim `d` and `es` bytes per element, as
     /// `dec_scores_smem` of kernels/exact.cu computes them: the tile's key rows raw, at a stride
     /// of an odd number of 16-byte units, then the query rows as f32, `d` rounded up to 8, for
-    /// `rows` rows.
-    fn scores_smem(&self, d: usize, es: usize) -> u32 {
+    /// `r` rows rounded up to 4, 8 or `rows` (`dec_scores_rows`).
+    fn scores_smem(&self, d: usize, es: usize, r: usize) -> u32 {
         let d8 = d.div_ceil(8) * 8;
         let units = (d8 * es / 16) | 1;
-        (self.scores_threads as usize * units * 16 + d8 * self.rows * 4) as u32
+        let rows = match r {
+            0..=4 => 4,
+            5..=8 => 8,
+            _ => self.rows,
+        };
+        (self.scores_threads as usize * units * 16 + d8 * rows * 4) as u32
     }
 
-    fn values_smem(&self, es: usize) -> u32 {
-        self.values_smem[usize::from(es == 4)]
+    /// Dynamic shared bytes of `dec_values` for `r` rows of `es`-byte elements: the kernel picks
+    /// its stage by `r` the same way.
+    fn values_smem(&self, r: usize, es: usize) -> u32 {
+        self.values_smem[usize::from(r <= self.small_rows)][usize::from(es == 4)]
     }
 }
 
@@ -314,7 +325,7 @@ impl Exact {
                 smem: smem as u32,
             };
         }
-        let d = module.constant_i32::<11>("detattn_dec_cfg")?;
+        let d = module.constant_i32::<14>("detattn_dec_cfg")?;
         let threads = |x: i32| (32..=1024).contains(&x) && x % 32 == 0;
         if !(1..=64).contains(&d[0])
             || !threads(d[1])
@@ -328,6 +339,9 @@ impl Exact {
             || !(1..=256 * 1024).contains(&d[8])
             || !(1..=256 * 1024).contains(&d[9])
             || !(1..=64).contains(&d[10])
+            || !(1..=d[0]).contains(&d[11])
+            || !(1..=d[8]).contains(&d[12])
+            || !(1..=d[9]).contains(&d[13])
         {
             return Err(Error::Cuda {
                 op: "cubin launch table",
@@ -343,8 +357,9 @@ impl Exact {
             keys: d[5] as usize,
             finish_threads: d[6] as u32,
             narrow_dim: d[7] as usize,
-            values_smem: [d[8] as u32, d[9] as u32],
+            values_smem: [[d[8] as u32, d[9] as u32], [d[12] as u32, d[13] as u32]],
             weight_groups: d[10] as usize,
+            small_rows: d[11] as usize,
         };
         // Every Exact kernel takes one `Params` by value, the decode kernels one `DecParams`.
         let abi = [std::mem::size_of::<Params>()];
@@ -367,14 +382,16 @@ impl Exact {
             dec: [
                 by_dt_abi(
                     "detattn_dec_scores",
-                    dec_cfg.scores_smem(dec_cfg.narrow_dim, 4),
+                    dec_cfg.scores_smem(dec_cfg.narrow_dim, 4, dec_cfg.rows),
                     &dec_abi,
                 )?,
                 by_dt_abi("detattn_dec_scores_wide", 0, &dec_abi)?,
                 by_dt_abi("detattn_dec_weights", 0, &dec_abi)?,
                 by_dt_abi(
                     "detattn_dec_values",
-                    dec_cfg.values_smem(2).max(dec_cfg.values_smem(4)),
+                    dec_cfg
+                        .values_smem(dec_cfg.rows, 2)
+                        .max(dec_cfg.values_smem(dec_cfg.rows, 4)),
                     &dec_abi,
                 )?,
                 by_dt_abi("detattn_dec_finish", 0, &dec_abi)?,
@@ -662,7 +679,7 @@ impl Exact {
                 0,
                 d.xpad / c.keys,
                 c.scores_threads,
-                c.scores_smem(s.head_dim, es),
+                c.scores_smem(s.head_dim, es, d.r),
             )
         } else {
             (1, d.xpad / c.keys, c.threads, 0)
@@ -670,7 +687,7 @@ impl Exact {
         let steps = [
             scores,
             (2, d.xpad.div_ceil(c.keys * c.weight_groups), c.threads, 0),
-            (3, d.nslice + 1, c.values_threads, c.values_smem(es)),
+            (3, d.nslice + 1, c.values_threads, c.values_smem(d.r, es)),
             (4, d.r, c.finish_threads, 0),
         ];
         for (k, gx, threads, smem) in steps {

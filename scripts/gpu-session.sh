@@ -4,7 +4,7 @@
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize decsan tclse tcpaged d7 planted bench quickbench exdec dudect tcbench tcdudect kvcache
+#   stages: info selftest tests sanitize decsan tclse tcpaged d7 planted bench quickbench exdec dudect pageddudect tcbench tcdudect kvcache
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -210,6 +210,20 @@ for s in "${STAGES[@]}"; do
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 "$OBIN/detattn-dudect" \
           --backend cuda --path tensorcore --dtype f16 --head-dim 64 --n 10000 --expect-leak \
           --json-out "$OUT/tcdudect-leaky-f16-d64.json"
+      fi ;;
+    pageddudect)
+      # The paged cache (K and V in 16-row pages, shuffled): the TensorCore decode that reads the
+      # pages through the block table (4200 keys: the split and tc_merge), the Exact path (which
+      # gathers), and the TensorCore planted leak seen through the paged kernels.
+      stage pageddudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
+        --head-dim 128 --q-len 1 --kv-len 4200 --heads 8 --page-size 16 --n 10000 \
+        --json-out "$OUT/pageddudect-tc-decode.json"
+      stage pageddudect 300 .carry/bin/detattn-dudect --backend cuda --dtype bf16 --head-dim 128 \
+        --q-len 1 --kv-len 1024 --heads 8 --page-size 16 --n 10000 --json-out "$OUT/pageddudect-exact-decode.json"
+      if [ -d .carry/cubin-tc-leaky ]; then
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage pageddudect 300 "$OBIN/detattn-dudect" \
+          --backend cuda --path tensorcore --dtype bf16 --head-dim 128 --q-len 1 --kv-len 4200 \
+          --heads 8 --page-size 16 --n 10000 --expect-leak
       fi ;;
     dudect)
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000

@@ -284,6 +284,34 @@ impl CudaBackend {
         ))
     }
 
+    /// [`time_launch`](CudaBackend::time_launch) for a paged cache: microseconds of exactly the
+    /// GPU work [`run_device_paged`](CudaBackend::run_device_paged) enqueues (the pages read
+    /// through the block table, or gathered and then read), without the host's `Reject`
+    /// decision; the checks and uploads come first. The output is written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_launch_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
+        &self,
+        path: Path,
+        stream: &CudaStream,
+        p: &Problem,
+        q: DeviceTensor<'_, T>,
+        cache: &DevicePagedKv<'_, T>,
+        mask: Option<&cudarc::driver::CudaSlice<u8>>,
+        out: DeviceTensorMut<'_, T>,
+    ) -> Result<f32> {
+        with_path!(self, path, |m| entry::time_launch_paged(
+            &self.dev,
+            &self.gather,
+            m,
+            stream,
+            p,
+            q,
+            cache,
+            mask,
+            out
+        ))
+    }
+
     /// Time `p` on `path` with CUDA events by the benchmark protocol ([`BenchOptions`]): seeded
     /// input sets (never zeros) uploaded once, the output poisoned once, warm-up, then samples of
     /// `per_sample` calls of the GPU work one host call runs (without uploads; under `Reject`

@@ -454,15 +454,8 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
     mask: Option<&CudaSlice<u8>>,
     out: DeviceTensorMut<'_, T>,
 ) -> Result<()> {
-    let op = |len: usize, layout: Layout| Operand { len, layout };
     let paging = Paging::from(cache);
-    let ops = Operands {
-        q: op(q.data.len(), q.layout),
-        k: op(cache.k.data.len(), cache.k.layout),
-        v: op(cache.v.data.len(), cache.v.layout),
-        mask: mask.map(|m| m.len()),
-        out: op(out.data.len(), out.layout),
-    };
+    let ops = paged_operands(&q, cache, mask, &out);
     tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
     if let PagedRoute::Pages(plan) = paged_route(path, p, T::DTYPE, &ops, &paging)? {
         let x = DeviceQkv {
@@ -487,6 +480,23 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
     let mut gathered = Gathered::alloc(dev, p, cache.block_table)?;
     gathered.gather(dev, gather, stream, p, &paging, &cache.k, &cache.v)?;
     run_device(dev, path, stream, p, &gathered.qkv(q, mask), out)
+}
+
+/// The operands of a paged device call: K and V are the pages.
+fn paged_operands<T>(
+    q: &DeviceTensor<'_, T>,
+    cache: &DevicePagedKv<'_, T>,
+    mask: Option<&CudaSlice<u8>>,
+    out: &DeviceTensorMut<'_, T>,
+) -> Operands {
+    let op = |len: usize, layout: Layout| Operand { len, layout };
+    Operands {
+        q: op(q.data.len(), q.layout),
+        k: op(cache.k.data.len(), cache.k.layout),
+        v: op(cache.v.data.len(), cache.v.layout),
+        mask: mask.map(|m| m.len()),
+        out: op(out.data.len(), out.layout),
+    }
 }
 
 /// How a paged call runs (`run_device_paged`, `bench`).
@@ -655,9 +665,81 @@ pub(crate) fn time_launch<P: GpuPath, T: Element + DeviceRepr>(
     mut out: DeviceTensorMut<'_, T>,
 ) -> Result<f32> {
     let mut c = prepare_device(dev, path, stream, p, x, &out)?;
-    let (e0, e1) = (timing::event(stream)?, timing::event(stream)?);
     let mut g = Guards::default();
-    let io = device_io(&mut g, stream, x, &mut out, &c.lens, None);
+    let launches = call_launches(&mut g, path, stream, p, &mut c, x, &mut out, None)?;
+    // SAFETY: as in run_device: checked buffers of this device, scratch of the plan's sizes,
+    // kept alive and ordered by the guards until the stream has run the launches.
+    timed(stream, || unsafe { dev.submit(stream, &launches) })
+}
+
+/// [`time_launch`] for a paged cache: microseconds of exactly the GPU work [`run_device_paged`]
+/// enqueues (the pages read through the block table, or the gather and then the contiguous
+/// call), without the host's `Reject` decision. Uploads and allocations come before the first
+/// event. For the constant-time test of the paged kernels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn time_launch_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
+    dev: &Device,
+    gather: &Gather,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    q: DeviceTensor<'_, T>,
+    cache: &DevicePagedKv<'_, T>,
+    mask: Option<&CudaSlice<u8>>,
+    mut out: DeviceTensorMut<'_, T>,
+) -> Result<f32> {
+    let paging = Paging::from(cache);
+    let ops = paged_operands(&q, cache, mask, &out);
+    tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
+    let x = DeviceQkv {
+        q,
+        k: cache.k,
+        v: cache.v,
+        mask,
+    };
+    match paged_route(path, p, T::DTYPE, &ops, &paging)? {
+        PagedRoute::Pages(plan) => {
+            let table_bytes = 4 * cache.block_table.len() as u64;
+            let mut c = allocate_device(dev, path, stream, p, plan, &x, &out, table_bytes)?;
+            let t = DeviceTable::upload(dev, &paging, table_bytes)?;
+            let mut g = Guards::default();
+            let launches = call_launches(&mut g, path, stream, p, &mut c, &x, &mut out, Some(&t))?;
+            // SAFETY: as in run_device_paged: checked buffers of this device, the table uploaded
+            // for this call, scratch of the plan's sizes, kept alive and ordered by the guards.
+            timed(stream, || unsafe { dev.submit(stream, &launches) })
+        }
+        PagedRoute::Gather(_) => {
+            let mut gathered = Gathered::alloc(dev, p, cache.block_table)?;
+            let mut c = {
+                let gx = gathered.qkv(q, mask);
+                prepare_device(dev, path, stream, p, &gx, &out)?
+            };
+            timed(stream, || {
+                gathered.gather(dev, gather, stream, p, &paging, &cache.k, &cache.v)?;
+                let gx = gathered.qkv(q, mask);
+                let mut g = Guards::default();
+                let launches = call_launches(&mut g, path, stream, p, &mut c, &gx, &mut out, None)?;
+                // SAFETY: as in run_device on the gathered tensors (allocated for `p`).
+                unsafe { dev.submit(stream, &launches) }
+            })
+        }
+    }
+}
+
+/// The launches of one device call on `x` (the scan first under `Reject`), their buffers held by
+/// `g` until the stream has run them.
+#[allow(clippy::too_many_arguments)]
+fn call_launches<'a, P: GpuPath, T>(
+    g: &mut Guards<'a>,
+    path: &P,
+    stream: &'a CudaStream,
+    p: &Problem,
+    c: &'a mut DeviceCall<P::Plan>,
+    x: &'a DeviceQkv<'_, T>,
+    out: &'a mut DeviceTensorMut<'_, T>,
+    pages: Option<&'a DeviceTable>,
+) -> Result<Vec<Launch>> {
+    let io = device_io(g, stream, x, out, &c.lens, pages);
     let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
     let mut launches = Vec::new();
     if c.check {
@@ -665,12 +747,15 @@ pub(crate) fn time_launch<P: GpuPath, T: Element + DeviceRepr>(
     }
     let step = Step::Compute { checked: c.check };
     launches.extend(path.launches(p, &c.plan, &io, &scratch, step)?);
+    Ok(launches)
+}
+
+/// Microseconds between two CUDA events on `stream` around `submit`, after the stream has run.
+fn timed(stream: &CudaStream, submit: impl FnOnce() -> Result<()>) -> Result<f32> {
+    let (e0, e1) = (timing::event(stream)?, timing::event(stream)?);
     e0.record(stream).map_err(drv("cuEventRecord"))?;
-    // SAFETY: as in run_device: checked buffers of this device, scratch of the plan's sizes,
-    // kept alive and ordered by the guards until the stream has run the launches.
-    unsafe { dev.submit(stream, &launches)? };
+    submit()?;
     e1.record(stream).map_err(drv("cuEventRecord"))?;
-    drop(g);
     e1.synchronize().map_err(drv("kernel execution"))?;
     let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
     Ok(ms * 1000.0)

@@ -4,11 +4,17 @@
 //! Every input set of every class is uploaded once, converted exactly to the element type
 //! (`classes::ClassElement`). Before each measurement the chosen set is copied on the device into
 //! the same Q, K, V (and mask) buffers, outside the timed region, so every class runs at the
-//! same addresses: only the values differ.
+//! same addresses: only the values differ. With `--page-size`, K and V are uploaded as a paged
+//! cache (the pages in one shuffled order, the same block table for every set and class) and the
+//! call is `CudaBackend::time_launch_paged`.
 
 use crate::classes::{Class, ClassElement};
 use crate::{Setup, Timer};
-use detattn::cuda::{CudaSlice, CudaStream, DeviceQkv, DeviceRepr, DeviceTensorMut};
+use detattn::cuda::{
+    CudaSlice, CudaStream, DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut,
+    ValidAsZeroBits,
+};
+use detattn::inputs::SplitMix64;
 use detattn::{Backend, DType, Element, Engine, Layout, bf16, f16};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,6 +40,52 @@ struct GpuTimer<'a, T> {
     out: CudaSlice<T>,
     /// Where the timed kernels came from (embedded, or the test override's folder).
     cubin: String,
+    /// With `--page-size`: the pages' shape and block table (K and V above hold pages).
+    pages: Option<Pages>,
+}
+
+/// A paged cache's shape: `num_pages` pages of `[heads, size, head_dim]`, sequence b's page i
+/// at `table[b * max_pages + i]`, a seeded shuffle of all pages (public, as every block table).
+struct Pages {
+    size: usize,
+    num_pages: usize,
+    max_pages: usize,
+    table: Vec<i32>,
+}
+
+impl Pages {
+    fn new(batch: usize, kv_len: usize, size: usize, seed: u64) -> Pages {
+        let max_pages = kv_len.div_ceil(size);
+        let num_pages = batch * max_pages;
+        let mut table: Vec<i32> = (0..num_pages as i32).collect();
+        let mut g = SplitMix64::new(seed ^ 0x9A6E_D0C5);
+        for i in (1..table.len()).rev() {
+            table.swap(i, (g.next_u64() % (i as u64 + 1)) as usize);
+        }
+        Pages {
+            size,
+            num_pages,
+            max_pages,
+            table,
+        }
+    }
+
+    /// `[batch, heads, kv_len, d]` rows into the pages (rows past kv_len in a last page: zero).
+    fn place<T: Copy + Default>(&self, x: &[T], heads: usize, kv_len: usize, d: usize) -> Vec<T> {
+        let mut out = vec![T::default(); self.num_pages * heads * self.size * d];
+        let batch = x.len() / (heads * kv_len * d);
+        for b in 0..batch {
+            for h in 0..heads {
+                for j in 0..kv_len {
+                    let page = self.table[b * self.max_pages + j / self.size] as usize;
+                    let dst = ((page * heads + h) * self.size + j % self.size) * d;
+                    let src = ((b * heads + h) * kv_len + j) * d;
+                    out[dst..dst + d].copy_from_slice(&x[src..src + d]);
+                }
+            }
+        }
+        out
+    }
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -49,7 +101,7 @@ pub fn timer(setup: &Setup, ordinal: usize) -> Result<Box<dyn Timer + '_>, Strin
     })
 }
 
-impl<'a, T: Element + DeviceRepr + ClassElement> GpuTimer<'a, T> {
+impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, T> {
     fn new(setup: &'a Setup, ordinal: usize) -> Result<Self, String> {
         let path = setup.cfg.path;
         // Opening the engine on the TensorCore path loads and verifies its cubin now.
@@ -57,9 +109,23 @@ impl<'a, T: Element + DeviceRepr + ClassElement> GpuTimer<'a, T> {
         let cb = engine.cuda().ok_or("not a CUDA engine")?;
         let cubin = cb.cubin_sources().join(", ");
         let stream = cb.stream();
+        let sh = setup.plain.shape();
+        let pages = setup
+            .cfg
+            .page_size
+            .map(|n| Pages::new(sh.batch, sh.kv_len, n, setup.seed));
         let up = |x: &[f32]| {
             let t: Vec<T> = x.iter().map(|&v| T::from_class_value(v)).collect();
             stream.clone_htod(&t).map_err(err)
+        };
+        let up_kv = |x: &[f32]| {
+            let t: Vec<T> = x.iter().map(|&v| T::from_class_value(v)).collect();
+            match &pages {
+                Some(pg) => stream
+                    .clone_htod(&pg.place(&t, sh.kv_heads, sh.kv_len, sh.head_dim))
+                    .map_err(err),
+                None => stream.clone_htod(&t).map_err(err),
+            }
         };
         let mut sets = BTreeMap::new();
         for (name, pool) in &setup.pools {
@@ -74,20 +140,22 @@ impl<'a, T: Element + DeviceRepr + ClassElement> GpuTimer<'a, T> {
                 };
                 dev.push(DevSet {
                     q: up(&s.q)?,
-                    k: up(&s.k)?,
-                    v: up(&s.v)?,
+                    k: up_kv(&s.k)?,
+                    v: up_kv(&s.v)?,
                     mask,
                 });
             }
             sets.insert(*name, dev);
         }
-        let sh = setup.plain.shape();
         let mn: usize = setup.masked.mask_dims().iter().product();
         let zeros = |n: usize| stream.clone_htod(&vec![T::default(); n]).map_err(err);
+        let kv_elems = pages.as_ref().map_or(sh.kv_elems(), |pg| {
+            pg.num_pages * sh.kv_heads * pg.size * sh.head_dim
+        });
         let (q, k, v, out) = (
             zeros(sh.q_elems())?,
-            zeros(sh.kv_elems())?,
-            zeros(sh.kv_elems())?,
+            zeros(kv_elems)?,
+            zeros(kv_elems)?,
             zeros(sh.q_elems())?,
         );
         let mask = stream.clone_htod(&vec![0u8; mn.max(1)]).map_err(err)?;
@@ -102,11 +170,12 @@ impl<'a, T: Element + DeviceRepr + ClassElement> GpuTimer<'a, T> {
             mask,
             out,
             cubin,
+            pages,
         })
     }
 }
 
-impl<T: Element + DeviceRepr + ClassElement> Timer for GpuTimer<'_, T> {
+impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTimer<'_, T> {
     fn measure(&mut self, c: Class, set: usize) -> Result<f64, String> {
         let s = &self.sets[c.name()][set];
         // Into the same device buffers every time (untimed; the stream orders the copies before
@@ -121,21 +190,79 @@ impl<T: Element + DeviceRepr + ClassElement> Timer for GpuTimer<'_, T> {
         let p = self.setup.problem(c);
         let mask = c.masked().then_some(&self.mask);
         let s = p.shape();
-        let x = DeviceQkv::bhsd(p, &self.q, &self.k, &self.v, mask);
         let out = DeviceTensorMut::new(&mut self.out, Layout::bhsd(s.q_heads, s.q_len, s.head_dim));
-        let us = cb
-            .time_launch(self.setup.cfg.path, &self.stream, p, &x, out)
-            .map_err(err)?;
+        let path = self.setup.cfg.path;
+        let us = match &self.pages {
+            Some(pg) => {
+                let pl = Layout::bhsd(s.kv_heads, pg.size, s.head_dim);
+                let cache = DevicePagedKv {
+                    k: DeviceTensor::new(&self.k, pl),
+                    v: DeviceTensor::new(&self.v, pl),
+                    num_pages: pg.num_pages,
+                    page_size: pg.size,
+                    block_table: &pg.table,
+                    max_pages: pg.max_pages,
+                };
+                let q = DeviceTensor::new(&self.q, Layout::bhsd(s.q_heads, s.q_len, s.head_dim));
+                cb.time_launch_paged(path, &self.stream, p, q, &cache, mask, out)
+            }
+            None => {
+                let x = DeviceQkv::bhsd(p, &self.q, &self.k, &self.v, mask);
+                cb.time_launch(path, &self.stream, p, &x, out)
+            }
+        }
+        .map_err(err)?;
         Ok(f64::from(us) * 1000.0)
     }
 
     fn describe(&self) -> String {
+        let call = match &self.pages {
+            Some(pg) => format!("CudaBackend::time_launch_paged, {}-row pages", pg.size),
+            None => "CudaBackend::time_launch".into(),
+        };
         format!(
-            "{} (path {}, {}, CudaBackend::time_launch; kernels: {}), timer CUDA events (µs, reported in ns)",
+            "{} (path {}, {}, {call}; kernels: {}), timer CUDA events (µs, reported in ns)",
             self.engine.describe(),
             self.setup.cfg.path,
             self.setup.cfg.dtype,
             self.cubin
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pages;
+
+    #[test]
+    fn the_pages_hold_every_row_once_in_the_tables_order() {
+        let (batch, heads, kv_len, d, size) = (3, 2, 40, 4, 16);
+        let x: Vec<u32> = (1..=(batch * heads * kv_len * d) as u32).collect();
+        let pg = Pages::new(batch, kv_len, size, 7);
+        let mut ids = pg.table.clone();
+        ids.sort_unstable();
+        assert_eq!(
+            ids,
+            (0..pg.num_pages as i32).collect::<Vec<_>>(),
+            "a permutation"
+        );
+        assert_ne!(pg.table, ids, "the pages are shuffled");
+        let y = pg.place(&x, heads, kv_len, d);
+        // Every value once (x has no zeros), zeros past each sequence's last row.
+        let mut got: Vec<u32> = y.iter().copied().filter(|&v| v != 0).collect();
+        got.sort_unstable();
+        assert_eq!(got, x);
+        assert_eq!(
+            y.len() - x.len(),
+            batch * heads * (pg.max_pages * size - kv_len) * d
+        );
+        // Key j of sequence b: row j % size of page table[b][j / size] (row 0 of x's head h
+        // starts at element ((b·heads + h)·kv_len)·d).
+        for (b, h, j) in [(0, 0, 0), (1, 1, 17), (2, 0, 39), (2, 1, 32)] {
+            let page = pg.table[b * pg.max_pages + j / size] as usize;
+            let at = ((page * heads + h) * size + j % size) * d;
+            let first = (((b * heads + h) * kv_len + j) * d + 1) as u32;
+            assert_eq!(y[at], first, "sequence {b}, head {h}, key {j}");
+        }
     }
 }

@@ -123,6 +123,11 @@ struct Args {
     /// Head dimension (the tensorcore path takes 64, 128, 256).
     #[arg(long, default_value_t = 64)]
     head_dim: usize,
+    /// K and V as a paged cache of N-row pages (16..=256, a power of two) placed in a shuffled
+    /// page order, timed through `CudaBackend::time_launch_paged` (`--backend cuda` only): the
+    /// kernels that read pages through the block table where the path has them.
+    #[arg(long, value_name = "N")]
+    page_size: Option<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -146,6 +151,7 @@ struct Config {
     q_len: usize,
     kv_len: usize,
     head_dim: usize,
+    page_size: Option<usize>,
 }
 
 impl Args {
@@ -164,6 +170,7 @@ impl Args {
             q_len: pick(self.q_len, 64, 256),
             kv_len: pick(self.kv_len, 128, 256),
             head_dim: self.head_dim,
+            page_size: self.page_size,
         }
     }
 }
@@ -172,6 +179,8 @@ impl Args {
 /// shapes plus a full `[B, Hq, Sq, Skv]` mask).
 struct Setup {
     cfg: Config,
+    /// The run's seed (inputs, measurement order, a paged cache's page order).
+    seed: u64,
     plain: Problem,
     masked: Problem,
     pools: BTreeMap<&'static str, Vec<InputSet>>,
@@ -215,6 +224,7 @@ impl Setup {
         }
         Ok(Setup {
             cfg,
+            seed: a.seed,
             plain,
             masked,
             pools,
@@ -416,6 +426,13 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         "cpu" => {
             // The library's own refusal of the path on the CPU (tensor cores are a GPU feature).
             Engine::new(Backend::Cpu, cfg.path).map_err(|e| e.to_string())?;
+            if cfg.page_size.is_some() {
+                return Err(
+                    "--page-size: the paged cache is timed on the GPU only; add \
+                            --backend cuda"
+                        .into(),
+                );
+            }
             if cfg.dtype != DType::F32 {
                 return Err(format!(
                     "--dtype {}: the CPU harness times f32 inputs (its copies of the tile loop \
@@ -508,8 +525,18 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     let ok = if a.expect_leak { leak_found } else { all_pass };
     let s = setup.plain.shape();
     let problem = format!(
-        "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}, path {}, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask",
-        s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim, cfg.dtype, cfg.path
+        "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}, path {}, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask{}",
+        s.batch,
+        s.q_heads,
+        s.kv_heads,
+        s.q_len,
+        s.kv_len,
+        s.head_dim,
+        cfg.dtype,
+        cfg.path,
+        cfg.page_size.map_or(String::new(), |n| format!(
+            ", K and V in {n}-row pages (shuffled order)"
+        ))
     );
     let unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -213,16 +213,20 @@ for s in "${STAGES[@]}"; do
       fi ;;
     pageddudect)
       # The paged cache (K and V in 16-row pages, shuffled): the TensorCore decode that reads the
-      # pages through the block table (4200 keys: the split and tc_merge), the Exact path (which
-      # gathers), and the TensorCore planted leak seen through the paged kernels.
-      stage pageddudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
-        --head-dim 128 --q-len 1 --kv-len 4200 --heads 8 --page-size 16 --n 10000 \
-        --json-out "$OUT/pageddudect-tc-decode.json"
+      # pages through the block table (4200 keys: the split and tc_merge) with one and with 16
+      # query rows per KV head, the Exact path (which gathers), and the TensorCore planted leak
+      # seen through the paged kernels (16 rows: with one, the skipped MMAs are too small a part
+      # of a load-bound call for the harness to see, t = -3 on 2026-11-26).
+      for q in 1 16; do
+        stage pageddudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
+          --head-dim 128 --q-len $q --kv-len 4200 --heads 8 --page-size 16 --n 10000 \
+          --json-out "$OUT/pageddudect-tc-decode-q$q.json"
+      done
       stage pageddudect 300 .carry/bin/detattn-dudect --backend cuda --dtype bf16 --head-dim 128 \
         --q-len 1 --kv-len 1024 --heads 8 --page-size 16 --n 10000 --json-out "$OUT/pageddudect-exact-decode.json"
       if [ -d .carry/cubin-tc-leaky ]; then
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage pageddudect 300 "$OBIN/detattn-dudect" \
-          --backend cuda --path tensorcore --dtype bf16 --head-dim 128 --q-len 1 --kv-len 4200 \
+          --backend cuda --path tensorcore --dtype bf16 --head-dim 128 --q-len 16 --kv-len 4200 \
           --heads 8 --page-size 16 --n 10000 --expect-leak
       fi ;;
     dudect)

@@ -439,7 +439,7 @@ fn run_steps<P: GpuPath, T: Element + DeviceRepr>(
 /// the devices and memory. Then, where the path reads pages for the plan of the pages' own layout
 /// ([`paged_route`]), the block table is uploaded and the steps run on the pages (under `Reject`
 /// the scan reads the rows the sequences use, through the table); else the rows `p` reads are
-/// gathered on `stream` (`paged.rs`) and [`run_device`] runs on the gathered tensors. Uploaded and
+/// gathered on `stream` (`paged.rs`) and the steps run on the gathered tensors. Uploaded and
 /// gathered buffers are freed after `stream` has used them (cudarc's stream ordering, as the
 /// scratch buffers).
 #[allow(clippy::too_many_arguments)]
@@ -454,32 +454,84 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
     mask: Option<&CudaSlice<u8>>,
     out: DeviceTensorMut<'_, T>,
 ) -> Result<()> {
+    match prepare_paged(dev, path, stream, p, q, cache, mask, &out)? {
+        PagedCall::Pages { x, mut c, table } => {
+            run_steps(dev, path, stream, p, &mut c, &x, out, Some(&table))
+        }
+        PagedCall::Gather { mut g, mut c } => {
+            g.gather(
+                dev,
+                gather,
+                stream,
+                p,
+                &Paging::from(cache),
+                &cache.k,
+                &cache.v,
+            )?;
+            run_steps(dev, path, stream, p, &mut c, &g.qkv(q, mask), out, None)
+        }
+    }
+}
+
+/// A paged device call after its checks and allocations, by its route ([`paged_route`]).
+enum PagedCall<'a, Pl, T> {
+    /// The kernels read the pages (`x`) through the uploaded block table.
+    Pages {
+        x: DeviceQkv<'a, T>,
+        c: DeviceCall<Pl>,
+        table: DeviceTable,
+    },
+    /// The used rows are to be gathered into `g` (not yet enqueued); `c` is the call on them.
+    Gather { g: Gathered<T>, c: DeviceCall<Pl> },
+}
+
+/// The checks of a paged device call in the crate's order (the cache's as the host entry does
+/// them, the path's plan, the devices, device memory), then its allocations and, on the pages
+/// route, the table's upload: everything before the first launch, for [`run_device_paged`] and
+/// [`time_launch_paged`].
+#[allow(clippy::too_many_arguments)]
+fn prepare_paged<'a, P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    q: DeviceTensor<'a, T>,
+    cache: &DevicePagedKv<'a, T>,
+    mask: Option<&'a CudaSlice<u8>>,
+    out: &DeviceTensorMut<'_, T>,
+) -> Result<PagedCall<'a, P::Plan, T>> {
     let paging = Paging::from(cache);
-    let ops = paged_operands(&q, cache, mask, &out);
+    let ops = paged_operands(&q, cache, mask, out);
     tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
-    if let PagedRoute::Pages(plan) = paged_route(path, p, T::DTYPE, &ops, &paging)? {
-        let x = DeviceQkv {
-            q,
-            k: cache.k,
-            v: cache.v,
-            mask,
-        };
-        let table_bytes = 4 * cache.block_table.len() as u64;
-        let mut c = allocate_device(dev, path, stream, p, plan, &x, &out, table_bytes)?;
-        let t = DeviceTable::upload(dev, &paging, table_bytes)?;
-        return run_steps(dev, path, stream, p, &mut c, &x, out, Some(&t));
+    match paged_route(path, p, T::DTYPE, &ops, &paging)? {
+        PagedRoute::Pages(plan) => {
+            let x = DeviceQkv {
+                q,
+                k: cache.k,
+                v: cache.v,
+                mask,
+            };
+            let table_bytes = 4 * cache.block_table.len() as u64;
+            let c = allocate_device(dev, path, stream, p, plan, &x, out, table_bytes)?;
+            let table = DeviceTable::upload(dev, &paging, table_bytes)?;
+            Ok(PagedCall::Pages { x, c, table })
+        }
+        PagedRoute::Gather(plan) => {
+            // The devices before the gather's memory (the call's own checks then repeat them for
+            // the gathered tensors).
+            dev.check_stream(stream)?;
+            dev.check_context(TensorName::Q, q.data.context())?;
+            dev.check_context(TensorName::K, cache.k.data.context())?;
+            dev.check_context(TensorName::V, cache.v.data.context())?;
+            if let Some(m) = mask {
+                dev.check_context(TensorName::Mask, m.context())?;
+            }
+            dev.check_context(TensorName::Out, out.data.context())?;
+            let g = Gathered::alloc(dev, p, cache.block_table)?;
+            let c = allocate_device(dev, path, stream, p, plan, &g.qkv(q, mask), out, 0)?;
+            Ok(PagedCall::Gather { g, c })
+        }
     }
-    dev.check_stream(stream)?;
-    dev.check_context(TensorName::Q, q.data.context())?;
-    dev.check_context(TensorName::K, cache.k.data.context())?;
-    dev.check_context(TensorName::V, cache.v.data.context())?;
-    if let Some(m) = mask {
-        dev.check_context(TensorName::Mask, m.context())?;
-    }
-    dev.check_context(TensorName::Out, out.data.context())?;
-    let mut gathered = Gathered::alloc(dev, p, cache.block_table)?;
-    gathered.gather(dev, gather, stream, p, &paging, &cache.k, &cache.v)?;
-    run_device(dev, path, stream, p, &gathered.qkv(q, mask), out)
 }
 
 /// The operands of a paged device call: K and V are the pages.
@@ -688,41 +740,34 @@ pub(crate) fn time_launch_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZer
     mask: Option<&CudaSlice<u8>>,
     mut out: DeviceTensorMut<'_, T>,
 ) -> Result<f32> {
-    let paging = Paging::from(cache);
-    let ops = paged_operands(&q, cache, mask, &out);
-    tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
-    let x = DeviceQkv {
-        q,
-        k: cache.k,
-        v: cache.v,
-        mask,
-    };
-    match paged_route(path, p, T::DTYPE, &ops, &paging)? {
-        PagedRoute::Pages(plan) => {
-            let table_bytes = 4 * cache.block_table.len() as u64;
-            let mut c = allocate_device(dev, path, stream, p, plan, &x, &out, table_bytes)?;
-            let t = DeviceTable::upload(dev, &paging, table_bytes)?;
+    match prepare_paged(dev, path, stream, p, q, cache, mask, &out)? {
+        PagedCall::Pages { x, mut c, table } => {
             let mut g = Guards::default();
-            let launches = call_launches(&mut g, path, stream, p, &mut c, &x, &mut out, Some(&t))?;
+            let launches =
+                call_launches(&mut g, path, stream, p, &mut c, &x, &mut out, Some(&table))?;
             // SAFETY: as in run_device_paged: checked buffers of this device, the table uploaded
             // for this call, scratch of the plan's sizes, kept alive and ordered by the guards.
             timed(stream, || unsafe { dev.submit(stream, &launches) })
         }
-        PagedRoute::Gather(_) => {
-            let mut gathered = Gathered::alloc(dev, p, cache.block_table)?;
-            let mut c = {
-                let gx = gathered.qkv(q, mask);
-                prepare_device(dev, path, stream, p, &gx, &out)?
-            };
-            timed(stream, || {
-                gathered.gather(dev, gather, stream, p, &paging, &cache.k, &cache.v)?;
-                let gx = gathered.qkv(q, mask);
-                let mut g = Guards::default();
-                let launches = call_launches(&mut g, path, stream, p, &mut c, &gx, &mut out, None)?;
-                // SAFETY: as in run_device on the gathered tensors (allocated for `p`).
-                unsafe { dev.submit(stream, &launches) }
-            })
-        }
+        PagedCall::Gather {
+            g: mut gathered,
+            mut c,
+        } => timed(stream, || {
+            gathered.gather(
+                dev,
+                gather,
+                stream,
+                p,
+                &Paging::from(cache),
+                &cache.k,
+                &cache.v,
+            )?;
+            let gx = gathered.qkv(q, mask);
+            let mut g = Guards::default();
+            let launches = call_launches(&mut g, path, stream, p, &mut c, &gx, &mut out, None)?;
+            // SAFETY: as in run_device on the gathered tensors (allocated for `p`).
+            unsafe { dev.submit(stream, &launches) }
+        }),
     }
 }
 

@@ -114,18 +114,12 @@ impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, 
             .cfg
             .page_size
             .map(|n| Pages::new(sh.batch, sh.kv_len, n, setup.seed));
-        let up = |x: &[f32]| {
-            let t: Vec<T> = x.iter().map(|&v| T::from_class_value(v)).collect();
-            stream.clone_htod(&t).map_err(err)
-        };
-        let up_kv = |x: &[f32]| {
-            let t: Vec<T> = x.iter().map(|&v| T::from_class_value(v)).collect();
-            match &pages {
-                Some(pg) => stream
-                    .clone_htod(&pg.place(&t, sh.kv_heads, sh.kv_len, sh.head_dim))
-                    .map_err(err),
-                None => stream.clone_htod(&t).map_err(err),
-            }
+        let up = |t: &[T]| stream.clone_htod(t).map_err(err);
+        let elems = |x: &[f32]| -> Vec<T> { x.iter().map(|&v| T::from_class_value(v)).collect() };
+        // K and V, into the pages when there are pages.
+        let up_kv = |x: &[f32]| match &pages {
+            Some(pg) => up(&pg.place(&elems(x), sh.kv_heads, sh.kv_len, sh.head_dim)),
+            None => up(&elems(x)),
         };
         let mut sets = BTreeMap::new();
         for (name, pool) in &setup.pools {
@@ -139,7 +133,7 @@ impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, 
                     None => None,
                 };
                 dev.push(DevSet {
-                    q: up(&s.q)?,
+                    q: up(&elems(&s.q))?,
                     k: up_kv(&s.k)?,
                     v: up_kv(&s.v)?,
                     mask,

@@ -459,15 +459,7 @@ pub(crate) fn run_device_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZero
             run_steps(dev, path, stream, p, &mut c, &x, out, Some(&table))
         }
         PagedCall::Gather { mut g, mut c } => {
-            g.gather(
-                dev,
-                gather,
-                stream,
-                p,
-                &Paging::from(cache),
-                &cache.k,
-                &cache.v,
-            )?;
+            g.gather_cache(dev, gather, stream, p, cache)?;
             run_steps(dev, path, stream, p, &mut c, &g.qkv(q, mask), out, None)
         }
     }
@@ -689,6 +681,27 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits> Gathered<T> {
         unsafe { dev.submit(stream, &launches) }
     }
 
+    /// [`gather`](Self::gather) of a paged cache's own pages (the paged entry points; the
+    /// benchmark gathers each rotated input set's pages instead).
+    fn gather_cache(
+        &mut self,
+        dev: &Device,
+        gather: &Gather,
+        stream: &CudaStream,
+        p: &Problem,
+        cache: &DevicePagedKv<'_, T>,
+    ) -> Result<()> {
+        self.gather(
+            dev,
+            gather,
+            stream,
+            p,
+            &Paging::from(cache),
+            &cache.k,
+            &cache.v,
+        )
+    }
+
     /// The inputs of the path's call: `q`, the gathered K and V, `mask`.
     fn qkv<'a>(
         &'a self,
@@ -753,15 +766,7 @@ pub(crate) fn time_launch_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZer
             g: mut gathered,
             mut c,
         } => timed(stream, || {
-            gathered.gather(
-                dev,
-                gather,
-                stream,
-                p,
-                &Paging::from(cache),
-                &cache.k,
-                &cache.v,
-            )?;
+            gathered.gather_cache(dev, gather, stream, p, cache)?;
             let gx = gathered.qkv(q, mask);
             let mut g = Guards::default();
             let launches = call_launches(&mut g, path, stream, p, &mut c, &gx, &mut out, None)?;

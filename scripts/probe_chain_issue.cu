@@ -20,27 +20,36 @@
 
 constexpr int KEYS = 32768, STAGE = 64;
 
+// The operands in shared memory: two stage buffers of each, used in turn, so that addresses
+// depend on the stage and the compiler cannot hoist the loads out of the stage loop (the
+// kernels' ring does the same; a first run without this measured FFMAs only).
+struct __align__(16) Stages {
+    float w[2][STAGE * 8 * 8];    // widened v: [16 groups][8 K-columns][4 keys] (K ≤ 8)
+    float p[2][8][STAGE + 4];     // weights, 8 rows
+    unsigned short raw[2][STAGE * 32];  // raw bf16 v: [key][32 columns]
+    __device__ void fill() {
+        const int lane = threadIdx.x;
+        for (int i = lane; i < 2 * STAGE * 8 * 8; i += 32) (&w[0][0])[i] = 1.0f + 1e-7f * i;
+        for (int i = lane; i < 2 * 8 * (STAGE + 4); i += 32) (&p[0][0][0])[i] = 0.5f + 1e-7f * i;
+        for (int i = lane; i < 2 * STAGE * 32; i += 32) (&raw[0][0])[i] = (unsigned short)(0x3F80 + (i % 7));
+        __syncwarp();
+    }
+};
+
 template <int K, int MODE>
 __global__ void chain(float* out, long long* cyc) {
-    // Two stage buffers of each, used in turn: addresses that depend on the stage keep the
-    // compiler from hoisting the loads out of the stage loop (the kernels' ring does the same).
-    __shared__ __align__(16) float w[2][STAGE * 8 * 8];    // [16 groups][8 K-columns][4 keys] (K ≤ 8)
-    __shared__ __align__(16) float p[2][8][STAGE + 4];     // weights, 8 rows
-    __shared__ __align__(16) unsigned short raw[2][STAGE * 32];
+    __shared__ Stages sm;
+    sm.fill();
     const int lane = threadIdx.x, c = lane & 7, rq = lane >> 3;
-    for (int i = lane; i < 2 * STAGE * 8 * 8; i += 32) (&w[0][0])[i] = 1.0f + 1e-7f * i;
-    for (int i = lane; i < 2 * 8 * (STAGE + 4); i += 32) (&p[0][0][0])[i] = 0.5f + 1e-7f * i;
-    for (int i = lane; i < 2 * STAGE * 32; i += 32) (&raw[0][0])[i] = (unsigned short)(0x3F80 + (i % 7));
-    __syncwarp();
     float acc[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) acc[k] = lane + k;
     const long long t0 = clock64();
 #pragma unroll 1
     for (int s = 0; s < KEYS / STAGE; ++s) {
-        const float* ws = w[s & 1];
-        const float(*pst)[STAGE + 4] = p[s & 1];
-        const unsigned short* rs = raw[s & 1];
+        const float* ws = sm.w[s & 1];
+        const float(*pst)[STAGE + 4] = sm.p[s & 1];
+        const unsigned short* rs = sm.raw[s & 1];
 #pragma unroll
         for (int g = 0; g < STAGE / 4; ++g) {
             if (MODE == 0) {
@@ -90,28 +99,23 @@ __global__ void chain(float* out, long long* cyc) {
 // ring runs on into the next stage's buffer, as it could after a stage barrier).
 template <int D, int MODE>
 __global__ void ring(float* out, long long* cyc) {
-    __shared__ __align__(16) float w[2][STAGE * 8 * 8];
-    __shared__ __align__(16) float p[2][8][STAGE + 4];
-    __shared__ __align__(16) unsigned short raw[2][STAGE * 32];
+    __shared__ Stages sm;
+    sm.fill();
     const int lane = threadIdx.x, c = lane & 7, rq = lane >> 3;
-    for (int i = lane; i < 2 * STAGE * 8 * 8; i += 32) (&w[0][0])[i] = 1.0f + 1e-7f * i;
-    for (int i = lane; i < 2 * 8 * (STAGE + 4); i += 32) (&p[0][0][0])[i] = 0.5f + 1e-7f * i;
-    for (int i = lane; i < 2 * STAGE * 32; i += 32) (&raw[0][0])[i] = (unsigned short)(0x3F80 + (i % 7));
-    __syncwarp();
     float acc = lane;
     constexpr int NG = STAGE / 4;
     float4 vr[D], pr[D];
     auto load = [&](int s, int g, float4& v, float4& pp) {
         if (MODE == 3) {
-            const unsigned short* rs = raw[s & 1];
+            const unsigned short* rs = sm.raw[s & 1];
             v.x = __uint_as_float((unsigned)rs[(4 * g + 0) * 32 + lane] << 16);
             v.y = __uint_as_float((unsigned)rs[(4 * g + 1) * 32 + lane] << 16);
             v.z = __uint_as_float((unsigned)rs[(4 * g + 2) * 32 + lane] << 16);
             v.w = __uint_as_float((unsigned)rs[(4 * g + 3) * 32 + lane] << 16);
         } else {
-            v = *reinterpret_cast<const float4*>(w[s & 1] + g * 256 + c * 4);
+            v = *reinterpret_cast<const float4*>(sm.w[s & 1] + g * 256 + c * 4);
         }
-        pp = *reinterpret_cast<const float4*>(&p[s & 1][rq][4 * g]);
+        pp = *reinterpret_cast<const float4*>(&sm.p[s & 1][rq][4 * g]);
     };
 #pragma unroll
     for (int d = 0; d < D; ++d) load(0, d, vr[d], pr[d]);

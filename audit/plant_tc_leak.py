@@ -5,7 +5,7 @@ on that path (docs/audit.md, "Timing (dudect)"; the Exact path's counterpart is 
     python3 audit/plant_tc_leak.py [--out DIR] [--arch sm_90]   default DIR: .carry/cubin-tc-leaky
     python3 audit/plant_tc_leak.py --oldcap                      the old scale cap (a NaN fault)
 
-It copies kernels/tensorcore.cu, plants two data-dependent shortcuts that leave every output bit of
+It copies kernels/tensorcore.cu, plants data-dependent shortcuts that leave every output bit of
 finite input as it was, compiles the copy with the pinned NVRTC and the shipped options (the same
 program name, so only the planted lines differ), and writes DIR/tensorcore.<arch>.cubin next to a
 copy of the shipped DIR/exact.<arch>.cubin, with a manifest.json covering both in the format the
@@ -18,7 +18,10 @@ a missing one is an error (src/cuda/cubins.rs), so the Exact one is copied uncha
   see. Bits: the skipped products add exactly 0·V to O (finite V), so O is unchanged;
 - skip the rescale `O *= corr` when the running maximum did not move (corr == 1), the classic
   "optimisation" docs/design.md §6 forbids (a few multiplies per row and tile: likely below what CUDA
-  events resolve, as for the Exact plant).
+  events resolve, as for the Exact plant);
+- the same two in the sm_90 D = 128 prefill kernels (wgmma, their own loop): the rescale skipped when
+  its factor is 1, and a tile's P·V not issued when every weight of the block's tile is zero
+  (`__syncthreads_or`: wgmma must be issued by a whole warpgroup or not at all).
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda --path tensorcore
 --expect-leak` must report the leak (max |t| > 10, expected on all-masked), and here
@@ -39,27 +42,44 @@ from planting import ROOT, build
 PLANTS = [
     (
         "// O += P V, P rounded to T (the C fragment of S is the A fragment of P), k-steps in key order.\n"
-        "        {",
+        "            {",
         "// O += P V, P rounded to T (the C fragment of S is the A fragment of P), k-steps in key order.\n"
         # Unrolled like the kernel's own loops, so that sacc stays in registers (a rolled loop
         # would index it at run time and spill it to local memory, slowing every class alike).
-        "        bool planted_any = false;  // PLANTED LEAK\n"
+        "            bool planted_any = false;  // PLANTED LEAK\n"
         "#pragma unroll\n"
-        "        for (int i = 0; i < MT; ++i)\n"
+        "            for (int i = 0; i < MT; ++i)\n"
         "#pragma unroll\n"
-        "            for (int j = 0; j < NB; ++j)\n"
+        "                for (int j = 0; j < NB; ++j)\n"
         "#pragma unroll\n"
-        "                for (int e = 0; e < 4; ++e) planted_any |= (sacc[i][j][e] != 0.f);\n"
-        "        if (__any_sync(0xffffffffu, planted_any))  // PLANTED LEAK\n"
-        "        {",
+        "                    for (int e = 0; e < 4; ++e) planted_any |= (sacc[i][j][e] != 0.f);\n"
+        "            if (__any_sync(0xffffffffu, planted_any))  // PLANTED LEAK\n"
+        "            {",
     ),
     (
         "#pragma unroll\n"
-        "                for (int dn = 0; dn < ND; ++dn) {\n"
-        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
+        "                    for (int dn = 0; dn < ND; ++dn) {\n"
+        "                        oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
         "#pragma unroll\n"
-        "                for (int dn = 0; dn < ND; ++dn) if (corr != 1.f) {  // PLANTED LEAK\n"
-        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
+        "                    for (int dn = 0; dn < ND; ++dn) if (corr != 1.f) {  // PLANTED LEAK\n"
+        "                        oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
+    ),
+    (  # the sm_90 D = 128 prefill kernels (wgmma): the rescale of O skipped when its factor is 1
+        "                for (int dn = 0; dn < ND; ++dn) {\n"
+        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr[mt][hf]);",
+        "                for (int dn = 0; dn < ND; ++dn) if (corr[mt][hf] != 1.f) {  // PLANTED LEAK\n"
+        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr[mt][hf]);",
+    ),
+    (  # ... and their P·V skipped when every weight of the block's tile is zero (block-uniform, as
+       # wgmma needs: every warp of a warpgroup must issue it or none)
+        "            wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);\n",
+        "            bool planted_any = false;  // PLANTED LEAK\n"
+        "#pragma unroll\n"
+        "            for (int nb = 0; nb < NB; ++nb)\n"
+        "#pragma unroll\n"
+        "                for (int e = 0; e < 4; ++e) planted_any |= (sacc[0][nb][e] != 0.f);\n"
+        "            if (__syncthreads_or(planted_any))  // PLANTED LEAK\n"
+        "                wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);\n",
     ),
 ]
 

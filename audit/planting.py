@@ -35,7 +35,7 @@ def build_leaky(tool, stem, plants, out, arch):
         line = next(x for x in new.splitlines() if "PLANTED" in x)
         print(f"{tool}: planted at {n} place(s): {line.split('//')[0].strip()[:80]}")
     build.ensure_toolchain()
-    cubin, log = build.Nvrtc().compile(src.encode(), f"kernels/{stem}.cu", build.nvrtc_options(arch))
+    cubin, log = build.Nvrtc().compile(src.encode(), f"kernels/{stem}.cu", build.nvrtc_options(arch, stem))
     if cubin is None:
         sys.exit(f"{tool}: NVRTC failed:\n{log}")
     out.mkdir(parents=True, exist_ok=True)

@@ -42,8 +42,9 @@ CUOBJDUMP = ROOT / ".venv-cuda/nvidia/cu13/bin/cuobjdump"
 # ------------------------------------------------------------------------------------ opcode classes
 # Control transfers and warp-level synchronisation: a tainted guard or a tainted register/predicate
 # operand means the executed path (or the time spent waiting) depends on secret data.
+# WARPGROUP (ARRIVE; DEPBAR.LE, the wait for a warpgroup's wgmma groups) is a wait like BAR.
 CONTROL = {"BRA", "BRX", "BRXU", "JMP", "JMX", "JMXU", "EXIT", "KILL", "BREAK", "BSSY", "BSYNC", "RET",
-           "CALL", "WARPSYNC", "BPT", "BAR", "NANOSLEEP", "YIELD", "RTT", "ACQBULK"}
+           "CALL", "WARPSYNC", "BPT", "BAR", "NANOSLEEP", "YIELD", "RTT", "ACQBULK", "WARPGROUP"}
 # Memory instructions: the address (registers inside [...]) and the guard must be public.
 GLOBAL_LOADS = {"LDG", "LD", "ATOMG", "ATOM", "SULD", "TLD", "TEX", "TLD4", "TXD", "TXQ"}
 SHARED_LOADS = {"LDS", "LDSM", "ATOMS"}
@@ -71,6 +72,21 @@ CARRY_OUT_OPS = {"IADD3", "UIADD3", "IADD", "UIADD", "LEA", "ULEA", "IMAD", "UIM
 CONVERSIONS = {"F2F", "F2I", "I2F", "I2I", "F2IP", "I2FP", "FRND"}
 DOUBLE_OPS = {"DADD", "DMUL", "DFMA", "DSETP", "DMNMX", "DSET", "DMMA"}
 MMA_OPS = {"HMMA", "IMMA", "BMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA", "BGMMA"}
+# Warpgroup MMAs (sm_90a wgmma): `HGMMA.64xNx16.F32.BF16 Rd, Ra, gdesc[URb], Rc`. The accumulator
+# Rd..Rd+N/2-1 (f32; N/4 for f16 accumulation) is written and, as Rc, read; A comes from four
+# registers or, like B, from shared memory through a descriptor in uniform registers (gdesc[...]:
+# an address operand, so the taint pass requires it public), and the result carries shared memory's
+# taint.
+GMMA_OPS = {"HGMMA", "IGMMA", "QGMMA", "BGMMA"}
+GMMA_SHAPE_RE = re.compile(r"64x(\d+)x\d+")
+
+
+def gmma_acc_regs(mods):
+    """Accumulator registers per thread of a warpgroup MMA (64 x N, f32 or f16/s32 accumulators)."""
+    n = next((int(m.group(1)) for m in map(GMMA_SHAPE_RE.fullmatch, mods) if m), None)
+    if n is None:
+        raise AuditError(f"warpgroup MMA without a 64xNxK shape: {'.'.join(mods)}")
+    return n // 4 if "F16" in mods[1:2] else n // 2
 
 REG_RE = re.compile(r"(?<![\w.])(?P<name>UR(?:\d+|Z)|R(?:\d+|Z)|UP(?:\d|T)|P(?:\d|T)|PR)(?P<suf>(?:\.[\w]+)*)")
 CONST_RE = re.compile(r"c\[(0x[0-9a-f]+)\]\[([^\]]*)\]")
@@ -456,6 +472,8 @@ class KernelAnalysis:
     def widths(self, ins):
         """(dest width, dest width certain?, default source width) for register operands."""
         b, mods = ins.base, ins.mods
+        if b in GMMA_OPS:
+            return gmma_acc_regs(mods), True, 4
         if b in MMA_OPS:
             return 4, False, 4
         if b in DOUBLE_OPS or "64" in mods and b not in ("SHF", "USHF"):
@@ -534,6 +552,16 @@ class KernelAnalysis:
                     elif w == 1:
                         width = dw if is_store else sw
                     srcs.append((name, width))
+        if b in GMMA_OPS:
+            # the accumulator operand (Rc) is as wide as the destination; a descriptor is 64 bits per
+            # shared operand (A and B: up to four uniform registers)
+            # (A before the descriptor, four registers; the accumulator after it)
+            srcs, seen_desc = [(n, 1) for n in preds], False
+            for op in ops[ndest:]:
+                seen_desc |= op.mem
+                if not op.mem and not op.is_pred:
+                    srcs += [(n, dw if seen_desc else 4) for n, _ in op.regs]
+            addr = [(n, 4) for n, _ in addr]
         if b in ("R2P", "P2R"):
             # P2R R12, PR, RZ, 0x1 reads only P0; R2P PR, R0, 0x7f writes P0..P6: the mask decides.
             mask = 0x7F
@@ -705,6 +733,11 @@ class KernelAnalysis:
         elif b in SHARED_LOADS:
             v = join_val(v, taint(self.shared_origin))
             v = join_val(v, taint(addr_v[0]))
+        elif b in GMMA_OPS:  # registers and shared memory in, the accumulator out
+            v = join_val(v, taint(self.shared_origin))
+            v = join_val(v, taint(addr_v[0]))
+            for name, w in srcs:
+                v = join_val(v, self.val(st, name, w, guard))
         elif b in LOCAL_LOADS:
             v = join_val(v, taint(self.local_origin))
             v = join_val(v, taint(addr_v[0]))

@@ -216,7 +216,7 @@ class RealListing(unittest.TestCase):
 RULES = """
 [path.t]
 allow = ["LDG", "STG", "LDS", "STS", "BRA", "EXIT", "IMAD", "MOV", "ISETP", "FSETP", "LOP3", "SEL",
-         "FSEL", "FFMA", "S2R", "LDC", "BAR", "P2R", "R2P", "IADD3", "LEA"]
+         "FSEL", "FFMA", "S2R", "LDC", "BAR", "P2R", "R2P", "IADD3", "LEA", "HGMMA", "WARPGROUP", "R2UR"]
 [path.t.forbid]
 MUFU = "no MUFU here"
 [[kernel]]
@@ -307,6 +307,26 @@ class SyntheticListings(unittest.TestCase):
         public = ("S2R R4, SR_TID.X",) + secret[1:]
         rc, out, _ = self.audit(*public)
         self.assertEqual(rc, 0, out)
+
+    def test_warpgroup_mma(self):
+        # sm_90a wgmma: the whole accumulator (64 registers for 64x128 f32) carries what the MMA read,
+        # shared memory included; a wait on the warpgroup's MMAs is a control instruction; the
+        # descriptor is an address. Each planted fault must be reported, the clean form must pass.
+        secret_shared = ("LDG.E R4, desc[UR4][R6.64]", "STS [R0], R4", "BAR.SYNC.DEFER_BLOCKING 0x0")
+        mma = ("WARPGROUP.ARRIVE", "HGMMA.64x128x16.F32.BF16 R24, R120, gdesc[UR8].tnspB, R24, gsb0",
+               "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+        rc, out, viols = self.audit(*secret_shared, *mma, "FSETP.GT.AND P6, PT, R80, RZ, PT",
+                                    "@P6 BRA 0x80", "EXIT")
+        self.assertEqual(rc, 1, out)
+        self.assertEqual(self.rules_at(viols, 0x70), ["taint-branch"], out)  # R80 = R24 + 56
+        self.assertIn("shared memory holding secret data", out)
+        rc, out, viols = self.audit(*secret_shared, *mma, "FSETP.GT.AND P6, PT, R80, RZ, PT",
+                                    "@P6 WARPGROUP.DEPBAR.LE gsb0, 0x0", "EXIT")
+        self.assertEqual(self.rules_at(viols, 0x70), ["taint-branch"], out)
+        rc, out, viols = self.audit("LDG.E R4, desc[UR4][R6.64]", "R2UR UR8, R4", mma[0], mma[1], mma[2], "EXIT")
+        self.assertEqual(self.rules_at(viols, 0x30), ["taint-address"], out)
+        rc, out, viols = self.audit(*mma, "FSETP.GT.AND P6, PT, R80, RZ, PT", "@P6 BRA 0x50", "EXIT")
+        self.assertEqual(rc, 0, out)  # nothing secret went into the MMA
 
     def test_loop_carried_taint(self):
         # R2 becomes secret only on the second trip round the loop: the fixed point must find it.

@@ -47,13 +47,24 @@ FLOAT_OPTS = ["--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=tru
 INCLUDES = [f"-I{KERNELS}", f"-I{NV_A}/cuda_runtime/include", f"-I{NV_A}/cuda_cccl/include"]
 
 
-def nvrtc_options(arch):
-    return [f"-arch={arch}", *FLOAT_OPTS, "-std=c++17", *INCLUDES]
+# The target a source is compiled for on an architecture: the architecture itself, except the
+# TensorCore kernels on sm_90, compiled for sm_90a (Hopper's wgmma: the D = 128 prefill kernels,
+# docs/tensorcore.md). An sm_90a cubin runs on exactly the devices the sm_90 file is picked for
+# (compute capability 9.0: H100, H200); the file keeps its sm_90 name.
+TARGETS = {("tensorcore", "sm_90"): "sm_90a"}
 
 
-def nvcc13_options(arch):
+def target(arch, stem=None):
+    return TARGETS.get((stem, arch), arch)
+
+
+def nvrtc_options(arch, stem=None):
+    return [f"-arch={target(arch, stem)}", *FLOAT_OPTS, "-std=c++17", *INCLUDES]
+
+
+def nvcc13_options(arch, stem=None):
     # nvcc finds its own headers (cuda_fp16.h, cccl) through nvcc.profile next to it.
-    return ["-cubin", f"-arch={arch}", "-O3", "-fmad=false", "-ftz=false", "-prec-div=true",
+    return ["-cubin", f"-arch={target(arch, stem)}", "-O3", "-fmad=false", "-ftz=false", "-prec-div=true",
             "-prec-sqrt=true", "-std=c++17", f"-I{KERNELS}"]
 
 
@@ -152,7 +163,7 @@ def build_into(out_dir):
     def one(job):
         src, arch = job
         # The program name is the repo-relative path: it is what __FILE__ says in the kernel.
-        return nvrtc.compile(src.read_bytes(), src.as_posix(), nvrtc_options(arch))
+        return nvrtc.compile(src.read_bytes(), src.as_posix(), nvrtc_options(arch, src.stem))
 
     # Separate NVRTC programs may be compiled concurrently; ctypes releases the GIL during calls.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -172,7 +183,7 @@ def build_into(out_dir):
             "file": file, "kernel_source": src.as_posix(), "source_sha256": sha256(src.read_bytes()),
             "headers": headers, "arch": arch, "sha256": sha256(cubin), "size": len(cubin),
             "compiler": "nvrtc", "compiler_version": nvrtc.version, "toolchain": toolchain,
-            "options": nvrtc_options(arch),
+            "options": nvrtc_options(arch, src.stem),
         })
     manifest = json.dumps(entries, indent=2, sort_keys=True) + "\n"
     (out_dir / "manifest.json").write_text(manifest)
@@ -319,7 +330,7 @@ def nvcc13_compile(src, arch, out):
     """nvcc 13.0 straight to a cubin; returns (ok, log). Needs the system gcc for preprocessing."""
     if not shutil.which("gcc"):
         sys.exit("build: nvcc needs the system gcc/g++ (Debian: apt-get install g++)")
-    p = subprocess.run([str(NVCC13), *nvcc13_options(arch), "-o", str(out), str(src)],
+    p = subprocess.run([str(NVCC13), *nvcc13_options(arch, Path(src).stem), "-o", str(out), str(src)],
                        capture_output=True, text=True)
     return p.returncode == 0, p.stdout + p.stderr
 
@@ -342,7 +353,7 @@ def cmd_nvcc13(args):
             entries.append({"file": file, "kernel_source": src.as_posix(),
                             "source_sha256": sha256(src.read_bytes()), "arch": arch,
                             "sha256": sha256(cubin), "size": len(cubin), "compiler": "nvcc",
-                            "compiler_version": version, "options": nvcc13_options(arch)})
+                            "compiler_version": version, "options": nvcc13_options(arch, src.stem)})
             print(f"{sha256(cubin)}  {out_dir / file}  ({len(cubin)} bytes)")
     (out_dir / "manifest.json").write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
     write_sums(out_dir, entries)

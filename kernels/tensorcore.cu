@@ -204,6 +204,55 @@ __device__ __forceinline__ float row_lse(float M, float L, float sl2r, float bia
     return (L == 0.f) ? TC_NEG_INF : ((L != L) ? L : lse);
 }
 
+// sm_90a (Hopper, the `a` target): the D = 128 prefill kernels run both GEMMs on wgmma.mma_async, a
+// warpgroup of four warps per 64 rows, instead of mma.sync. Same bits: wgmma computes a k16 step
+// exactly as mma.sync.m16n8k16 does (docs/tensorcore-cpu-model.md §1: 0 differences in 4.4 x 10^8
+// hardware comparisons), its accumulator and register-A fragments are mma.sync's m16n8 fragments
+// stacked four warps high, and the kernel issues the same k-steps in the same order with the same
+// softmax code between them (tc::fwd, Cfg::WG).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TC_WGMMA 1
+#else
+#define TC_WGMMA 0
+#endif
+#if TC_WGMMA
+// S (m64n64, B = K tile, K-major) and O (m64n128, B = V tile, N-major: imm-trans-b 1), A (Q or P)
+// from registers, f32 accumulators read and written (scale-d 1); DT is ".f16" or ".bf16".
+#define TC_WG_MMAS(DT)                                                                                                \
+    __device__ __forceinline__ static void wg_s(float (&d)[32], const uint32_t (&a)[4], unsigned long long desc) {    \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32" DT DT " "                                                    \
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                 \
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                       \
+            "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                             \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),         \
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),   \
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));                                         \
+    }                                                                                                                 \
+    __device__ __forceinline__ static void wg_o(float (&d)[64], const uint32_t (&a)[4], unsigned long long desc) {    \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                     \
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32" DT DT " "                                                   \
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                 \
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                        \
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                        \
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                       \
+            "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                             \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),         \
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),   \
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])  \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));                                         \
+    }
+#else
+#define TC_WG_MMAS(DT)
+#endif
+
 template <typename T>
 struct Ty;
 // Per-dtype numerics (docs/tensorcore.md, "The operation sequence"):
@@ -228,6 +277,7 @@ struct Ty<__half> {
         __half2 h = __floats2half2_rn(lo, hi);
         return *reinterpret_cast<uint32_t*>(&h);
     }
+    TC_WG_MMAS(".f16")
 };
 template <>
 struct Ty<__nv_bfloat16> {
@@ -244,6 +294,7 @@ struct Ty<__nv_bfloat16> {
         __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t*>(&h);
     }
+    TC_WG_MMAS(".bf16")
 };
 
 // --------------------------------------------------------------------------------- the kernel
@@ -255,10 +306,20 @@ __device__ __forceinline__ uint32_t soff(int r, int c) {
     return static_cast<uint32_t>((r * D + ((c ^ (r & 7)) << 3)) * 2);
 }
 
+// A tile's byte offset of chunk c of row r: soff, or (PANEL, the wgmma kernels' K and V tiles) D / 64
+// panels of 64 columns, each ROWS rows of 128 bytes in wgmma's 128-byte swizzle (wg_desc).
+template <int D, int ROWS, bool PANEL>
+__device__ __forceinline__ uint32_t toff(int r, int c) {
+    if constexpr (PANEL) return static_cast<uint32_t>((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+    return soff<D>(r, c);
+}
+
 // Copy rows [row0, row0 + ROWS) of a tensor into a swizzled shared tile with 16-byte cp.async; row i
 // starts at row_ptr(i). Rows at or past `limit` are filled with zeros (decided by position only) and
 // nothing is read for them.
-template <int D, int ROWS, int NT, typename T, typename RowPtr>
+template <int D, int ROWS, bool PANEL>
+__device__ __forceinline__ uint32_t toff(int r, int c);
+template <int D, int ROWS, int NT, typename T, typename RowPtr, bool PANEL = false>
 __device__ __forceinline__ void load_rows(uint32_t s_base, RowPtr row_ptr, int row0, int limit, int tid) {
     constexpr int CH = D / 8;
     static_assert(NT % CH == 0, "a thread keeps one chunk column");
@@ -271,14 +332,14 @@ __device__ __forceinline__ void load_rows(uint32_t s_base, RowPtr row_ptr, int r
         // Rows past the limit read nothing (src-size 0); their address is clamped to the last valid
         // row (limit >= 1 whenever this runs) so that no address past the tensor is ever formed.
         const T* src = row_ptr(min(row0 + r, limit - 1)) + c * 8;
-        cp_async16(s_base + soff<D>(r, c), src, ok ? 16 : 0);
+        cp_async16(s_base + toff<D, ROWS, PANEL>(r, c), src, ok ? 16 : 0);
     }
 }
 
 // load_rows for a tile wholly before `limit` (decided by position): no clamp and no zero fill, and
 // the row addresses as one base plus multiples of the row stride (the decode loop issues these
 // copies every tile; the general form costs about 100 instructions a tile there).
-template <int D, int ROWS, int NT, typename T>
+template <int D, int ROWS, int NT, typename T, bool PANEL = false>
 __device__ __forceinline__ void load_rows_full(uint32_t s_base, const T* row0_ptr, int row_stride, int tid) {
     constexpr int CH = D / 8;
     constexpr int RSTEP = NT / CH;
@@ -287,7 +348,7 @@ __device__ __forceinline__ void load_rows_full(uint32_t s_base, const T* row0_pt
     const long long step = (long long)RSTEP * row_stride;
 #pragma unroll
     for (int it = 0; it < ROWS / RSTEP; ++it)
-        cp_async16(s_base + soff<D>(r0 + it * RSTEP, c), src + it * step, 16);
+        cp_async16(s_base + toff<D, ROWS, PANEL>(r0 + it * RSTEP, c), src + it * step, 16);
 }
 
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
@@ -301,6 +362,45 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 __device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
     asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                  : "memory");
+}
+
+// wgmma plumbing (sm_90a; the WG branches of tc::fwd call these, other targets never do). A shared
+// operand's descriptor: 128-byte swizzle (the 16-byte chunk c of a 128-byte row r sits at chunk
+// c ^ (r & 7), atoms of 8 rows, 1024-byte aligned), start address, the byte strides between
+// 64-element panels (lbo; N-major operands) and between 8-row groups (sbo).
+__device__ __forceinline__ unsigned long long wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+// Before a batch of wgmma whose registers other instructions wrote; after the writes of cp.async
+// (generic proxy) and before wgmma reads them (async proxy); closing and awaiting the batch.
+__device__ __forceinline__ void wg_fence() {
+#if TC_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_proxy_fence() {
+#if TC_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit() {
+#if TC_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+#if TC_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// The accumulators as operands of an empty asm: the compiler cannot move their reads above the wait
+// (or their writes below the issue) that this follows (precedes).
+template <int N>
+__device__ __forceinline__ void wg_keep(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // 2^k as an f32, for k in [-126, 127] (exponent field built with integer ops).
@@ -379,11 +479,14 @@ struct Cfg {
     // where the warps can share the tile's n8 column pairs evenly, each computes its share once and
     // they exchange them through shared memory (SPLIT): two tiles of 16 x BN f32 in fragment order.
     static constexpr bool PIPE = DEC && STAGES >= 3;
+    // sm_90a prefill at D = 128: both GEMMs on wgmma, two warpgroups of 64 rows (the primitives above).
+    static constexpr bool WG = TC_WGMMA && !DEC && D == 128;
+    static_assert(!WG || (MT == 1 && NW == 8 && BN == 64 && QREG), "wgmma: a warp per m16 tile, Q in registers");
     static constexpr bool SPLIT = PIPE && (BN / 8) % (2 * NW) == 0;
     static constexpr int SBUF = SPLIT ? 2 * 16 * BN * 4 : 0;
     // Q tile, K and V stages (2-byte elements), one f32 per query row (sl2 · 2^sh, bf16 only), the
     // shared scores (SPLIT).
-    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF;
+    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF + (WG ? 1024 : 0);
     static_assert(D % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile shape");
     static_assert(!DEC || (MT == 1 && (D / 16) % NW == 0), "decode: one m16 tile, warps split D");
     static_assert((BM * CH) % NT == 0 && (BN * CH) % NT == 0, "copy loop must divide evenly");
@@ -414,7 +517,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     constexpr int ND = DEC ? D / 8 / NW : D / 8;  // n8 tiles of O held by one warp
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(smem);
-    const uint32_t sK = sQ + BM * D * 2;
+    // wgmma reads K and V through 128-byte-swizzle descriptors: their tiles start 1024-byte aligned.
+    const uint32_t sK = C::WG ? (sQ + BM * D * 2 + 1023) & ~1023u : sQ + BM * D * 2;
     const uint32_t sV = sK + STAGES * BN * D * 2;
     const uint32_t sRow = sV + STAGES * BN * D * 2;  // [BM] f32: sl2 · 2^sh per query row (bf16)
 
@@ -484,12 +588,12 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     auto load_kv = [&](int j) {
         const int st = j % STAGES;
         if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
-            load_rows_full<D, BN, NT, T>(sK + st * BN * D * 2, k_row(j * BN), A.k_ss, tid);
-            load_rows_full<D, BN, NT, T>(sV + st * BN * D * 2, v_row(j * BN), A.v_ss, tid);
+            load_rows_full<D, BN, NT, T, C::WG>(sK + st * BN * D * 2, k_row(j * BN), A.k_ss, tid);
+            load_rows_full<D, BN, NT, T, C::WG>(sV + st * BN * D * 2, v_row(j * BN), A.v_ss, tid);
             return;
         }
-        load_rows<D, BN, NT, T>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
-        load_rows<D, BN, NT, T>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
+        load_rows<D, BN, NT, T, decltype(k_row), C::WG>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
+        load_rows<D, BN, NT, T, decltype(v_row), C::WG>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
     };
 
     load_rows<D, BM, NT, T>(sQ, q_row, q0, nrows, tid);
@@ -580,6 +684,35 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     // Decode, whole: the fold state of the finished chunks (M, L per row half; the O fragment).
     float sM[2], sL[2], sO[DEC ? ND : 1][4];
 
+    // WG: S += Q K^T (K tile at sKs) and O += P V (V tile at sVs, P packed as T pairs) issued as one
+    // warpgroup's wgmma, the same k-steps in the same order as the mma.sync forms below; the caller
+    // fences, commits and waits.
+    auto wg_issue_s = [&](uint32_t sKs, float (&acc)[32]) {
+        if constexpr (C::WG) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk)
+                Ty<T>::wg_s(acc, qf[0][kk], wg_desc(sKs + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024));
+        }
+    };
+    auto wg_issue_o = [&](uint32_t sVs, const uint32_t (&pa)[BN / 16][4]) {
+        if constexpr (C::WG) {
+            float(&acc)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                Ty<T>::wg_o(acc, pa[kk], wg_desc(sVs + kk * 16 * 128, BN * 128, 1024));
+        }
+    };
+    // P (tile's weights, f32 in the S fragment) rounded to T pairs: the A fragments of P·V's k-steps.
+    auto pack_p = [&](const float (&p)[MT][NB][4], uint32_t (&pa)[BN / 16][4]) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            pa[kk][0] = Ty<T>::pack(p[0][2 * kk][0], p[0][2 * kk][1]);
+            pa[kk][1] = Ty<T>::pack(p[0][2 * kk][2], p[0][2 * kk][3]);
+            pa[kk][2] = Ty<T>::pack(p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]);
+            pa[kk][3] = Ty<T>::pack(p[0][2 * kk + 1][2], p[0][2 * kk + 1][3]);
+        }
+    };
+
     // S = Q K^T for NBC n8 tiles of the K tile at sKs, from tile 2·np0 on, into sacc[.][0 .. NBC):
     // f32 accumulators, k-steps in increasing d order. NBC = NB but under SPLIT (defined below).
     constexpr int NBC = C::SPLIT ? NB / NW : NB;
@@ -590,6 +723,16 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             for (int nb = 0; nb < NBC; ++nb)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) sacc[mt][nb][e] = 0.f;
+        if constexpr (C::WG) {
+            float(&acc)[32] = reinterpret_cast<float(&)[32]>(sacc[0]);
+            wg_keep(acc);
+            wg_fence();
+            wg_issue_s(sKs, acc);
+            wg_commit();
+            wg_wait<0>();
+            wg_keep(acc);
+            return;
+        }
         // K fragments are requested one step ahead of the MMAs that use them (ptxas schedules the final
         // order; writing the prefetch distance out keeps it from hoisting every load of the tile).
         {
@@ -630,77 +773,10 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         }
     };
 
-    // Decode with three or more stages: each tile's scores are computed one tile ahead, so that the
-    // next tile's Q·K^T MMAs (independent of the running max) can fill this warp's waits on the
-    // current tile's softmax and P·V chain; a decode block has one warp per scheduler and nothing
-    // else to hide those waits (docs/perf.md, the decode profile). Same operations on the same
-    // values, only issued earlier: no bit changes. Iteration j then needs K of tile j + 1 as well.
-    // SPLIT (D 64 and 128): each warp computes NB / NW of the tile's n8 tiles of S, once, and the
-    // warps exchange them through shared memory (buffer j & 1 holds tile j; the barrier at the top
-    // of each iteration orders the writes before the reads and the reads before the next writes).
-    // The exchange costs no barrier of its own: it rides on the loop's. Computed once, the scores
-    // cost each warp a quarter of the MMAs and K fragment loads of computing them all.
-    constexpr bool PIPE = C::PIPE, SPLIT = C::SPLIT;
-    const uint32_t sS = sRow + BM * 4;         // SPLIT: [2][NB][32 lanes] x 4 f32
-    float snext[MT][NB][4];  // PIPE: the first NBC n8 tiles
-    auto next_scores = [&](int jn, int buf) {  // PIPE: this warp's share of tile jn's scores, to buffer buf
-        if constexpr (PIPE) scores(sK + (jn % STAGES) * BN * D * 2, snext, SPLIT ? warp * (NBC / 2) : 0);
-        if constexpr (SPLIT) {
-#pragma unroll
-            for (int i = 0; i < NBC; ++i)
-                sts128(sS + ((buf * NB + warp * NBC + i) * 32 + lane) * 16,
-                       make_uint4(__float_as_uint(snext[0][i][0]), __float_as_uint(snext[0][i][1]),
-                                  __float_as_uint(snext[0][i][2]), __float_as_uint(snext[0][i][3])));
-        }
-    };
-    if constexpr (PIPE) {
-        if (j0 < jend) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();  // tile j0 landed for everyone (and, bf16, the scaled Q is visible)
-            next_scores(j0, j0 & 1);
-        }
-    }
-    for (int j = j0; j < jend; ++j) {
-        cp_async_wait<PIPE ? STAGES - 3 : STAGES - 2>();
-        __syncthreads();  // tile j (PIPE: j + 1) landed for everyone; stage (j-1) % STAGES is free again
-        if (QREG && j == j0) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int kk = 0; kk < D / 16; ++kk)
-                    ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0],
-                            sQ + mt * 16 * D * 2 + (offQ ^ (kk << 5)));
-        }
-        if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
-        cp_async_commit();
-        const int st = j % STAGES;
-        const uint32_t sKs = sK + st * BN * D * 2, sVs = sV + st * BN * D * 2;
-
-        float sacc[MT][NB][4];
-        if constexpr (PIPE) {
-            if constexpr (SPLIT) {
-#pragma unroll
-                for (int nb = 0; nb < NB; ++nb) {
-                    const uint4 w = lds128(sS + (((j & 1) * NB + nb) * 32 + lane) * 16);
-                    sacc[0][nb][0] = __uint_as_float(w.x);
-                    sacc[0][nb][1] = __uint_as_float(w.y);
-                    sacc[0][nb][2] = __uint_as_float(w.z);
-                    sacc[0][nb][3] = __uint_as_float(w.w);
-                }
-            } else {
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) sacc[mt][nb][e] = snext[mt][nb][e];
-            }
-        } else {
-            scores(sKs, sacc, 0);
-        }
-
-        // Mask by position only: tiles that cross L or the causal diagonal of this tile's first row, and
-        // every tile when a boolean mask is given (its values are only ever selected on, never branched on).
+    // Mask tile j's scores by position only: tiles that cross L or the causal diagonal of this tile's
+    // first row, and every tile when a boolean mask is given (its values are only ever selected on,
+    // never branched on). Returns whether the tile was masked (the softmax then zeroes masked weights).
+    auto mask_tile = [&](int j, float (&sacc)[MT][NB][4]) -> bool {
         const int kbase = j * BN;
         const bool has_mask = mask != nullptr;
         const bool need_mask =
@@ -766,17 +842,14 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                         }
                 }
         }
+        return need_mask;
+    };
 
-        // PIPE: the next tile's scores, here so that they share a basic block with this tile's
-        // softmax (ptxas schedules within one; behind a branch they ran after it, not beside it).
-        // Unconditional: on the last tile it recomputes that tile's scores (K of tile jend - 1 is in
-        // shared memory; stage j + 1 may never have been written) into the other buffer, unread;
-        // not into tile j's own buffer, which other warps may still be reading (compute-sanitizer's
-        // racecheck found that write when it went there: the same values, but a race).
-        if constexpr (PIPE) next_scores(min(j + 1, jend - 1), (j + 1) & 1);
-
-        // Online softmax. Every row: the same max over its values (own columns in increasing order, then
-        // quad butterfly xor 1, xor 2), the same rescale (always applied), the same partial sums.
+    // Online softmax of one tile's scores (in place: P). Every row: the same max over its values (own
+    // columns in increasing order, then quad butterfly xor 1, xor 2), the same rescale (always
+    // applied), the same partial sums. The rescale of O by corr: here, or (WG, whose O is still being
+    // written by the previous tile's P·V) left in `corr` for `rescale` once that P·V is done.
+    auto softmax_tile = [&](float (&sacc)[MT][NB][4], bool need_mask, float (&corr_out)[MT][2]) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -837,69 +910,230 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                         rs = __fadd_rn(rs, p);
                     }
                 lrow[mt][hf] = __fmaf_rn(lrow[mt][hf], corr, rs);
+                corr_out[mt][hf] = corr;
+                if constexpr (!C::WG) {
 #pragma unroll
-                for (int dn = 0; dn < ND; ++dn) {
-                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);
-                    oacc[mt][dn][hf * 2 + 1] = __fmul_rn(oacc[mt][dn][hf * 2 + 1], corr);
-                }
-            }
-
-        // O += P V, P rounded to T (the C fragment of S is the A fragment of P), k-steps in key order.
-        {
-            constexpr int NDP = ND / 2, NS = (BN / 16) * NDP;
-            uint32_t bv[2][4], pa[MT][4];
-            auto load_v = [&](int t, uint32_t (&dst)[4]) {
-                const int kk = t / NDP, dp = t % NDP;
-                ldsm_x4_t(dst, sVs + kk * 16 * D * 2 + (offV ^ ((dp0 + dp) << 5)));
-            };
-            load_v(0, bv[0]);
-#pragma unroll
-            for (int t = 0; t < NS; ++t) {
-                const int kk = t / NDP, dp = t % NDP;
-                if (t + 1 < NS) load_v(t + 1, bv[(t + 1) & 1]);
-                if (dp == 0) {
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        pa[mt][0] = Ty<T>::pack(sacc[mt][2 * kk][0], sacc[mt][2 * kk][1]);
-                        pa[mt][1] = Ty<T>::pack(sacc[mt][2 * kk][2], sacc[mt][2 * kk][3]);
-                        pa[mt][2] = Ty<T>::pack(sacc[mt][2 * kk + 1][0], sacc[mt][2 * kk + 1][1]);
-                        pa[mt][3] = Ty<T>::pack(sacc[mt][2 * kk + 1][2], sacc[mt][2 * kk + 1][3]);
+                    for (int dn = 0; dn < ND; ++dn) {
+                        oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);
+                        oacc[mt][dn][hf * 2 + 1] = __fmul_rn(oacc[mt][dn][hf * 2 + 1], corr);
                     }
                 }
+            }
+    };
+
+    // WG: O rescaled by the factors softmax_tile left in corr.
+    auto rescale = [&](const float (&corr)[MT][2]) {
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    Ty<T>::mma(oacc[mt][2 * dp], pa[mt], bv[t & 1][0], bv[t & 1][1]);
-                    Ty<T>::mma(oacc[mt][2 * dp + 1], pa[mt], bv[t & 1][2], bv[t & 1][3]);
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                for (int dn = 0; dn < ND; ++dn) {
+                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr[mt][hf]);
+                    oacc[mt][dn][hf * 2 + 1] = __fmul_rn(oacc[mt][dn][hf * 2 + 1], corr[mt][hf]);
+                }
+    };
+
+    // Decode with three or more stages: each tile's scores are computed one tile ahead, so that the
+    // next tile's Q·K^T MMAs (independent of the running max) can fill this warp's waits on the
+    // current tile's softmax and P·V chain; a decode block has one warp per scheduler and nothing
+    // else to hide those waits (docs/perf.md, the decode profile). Same operations on the same
+    // values, only issued earlier: no bit changes. Iteration j then needs K of tile j + 1 as well.
+    // SPLIT (D 64 and 128): each warp computes NB / NW of the tile's n8 tiles of S, once, and the
+    // warps exchange them through shared memory (buffer j & 1 holds tile j; the barrier at the top
+    // of each iteration orders the writes before the reads and the reads before the next writes).
+    // The exchange costs no barrier of its own: it rides on the loop's. Computed once, the scores
+    // cost each warp a quarter of the MMAs and K fragment loads of computing them all.
+    constexpr bool PIPE = C::PIPE, SPLIT = C::SPLIT;
+    const uint32_t sS = sRow + BM * 4;         // SPLIT: [2][NB][32 lanes] x 4 f32
+    float snext[MT][NB][4];  // PIPE: the first NBC n8 tiles
+    auto next_scores = [&](int jn, int buf) {  // PIPE: this warp's share of tile jn's scores, to buffer buf
+        if constexpr (PIPE) scores(sK + (jn % STAGES) * BN * D * 2, snext, SPLIT ? warp * (NBC / 2) : 0);
+        if constexpr (SPLIT) {
+#pragma unroll
+            for (int i = 0; i < NBC; ++i)
+                sts128(sS + ((buf * NB + warp * NBC + i) * 32 + lane) * 16,
+                       make_uint4(__float_as_uint(snext[0][i][0]), __float_as_uint(snext[0][i][1]),
+                                  __float_as_uint(snext[0][i][2]), __float_as_uint(snext[0][i][3])));
+        }
+    };
+    if constexpr (PIPE) {
+        if (j0 < jend) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();  // tile j0 landed for everyone (and, bf16, the scaled Q is visible)
+            next_scores(j0, j0 & 1);
+        }
+    }
+    if constexpr (C::WG) {
+        // Tile j's P·V overlaps tile j + 1's softmax: each iteration issues S of tile j + 1 and then
+        // P·V of tile j as two wgmma groups, waits for the first, runs tile j + 1's mask and softmax
+        // while the tensor cores work on the second, then applies tile j + 1's rescale to O. Per row
+        // the operations and their order are the other loop's: O is rescaled by tile j's factor
+        // before tile j's P·V is added and by tile j + 1's after (only S is computed earlier).
+        // Iteration j needs K of tile j + 1 and V of tile j, as the decode pipeline (PIPE) does.
+        static_assert(STAGES >= 3, "tile j + 1 must be resident beside tile j");
+        float sacc[MT][NB][4], sn[MT][NB][4], corr[MT][2];
+        uint32_t pa[BN / 16][4];
+        float(&oa)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
+        float(&na)[32] = reinterpret_cast<float(&)[32]>(sn[0]);
+        if (j0 < jend) {
+            cp_async_wait<STAGES - 2>();
+            wg_proxy_fence();  // this thread's copies of tile j0, visible to wgmma's reads
+            __syncthreads();   // ... and everyone's (and, bf16, the scaled Q rows)
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[0][kk], sQ + (offQ ^ (kk << 5)));
+            scores(sK + (j0 % STAGES) * BN * D * 2, sacc, 0);
+            softmax_tile(sacc, mask_tile(j0, sacc), corr);
+            rescale(corr);
+        }
+        for (int j = j0; j + 1 < jend; ++j) {
+            cp_async_wait<STAGES - 3>();
+            wg_proxy_fence();
+            __syncthreads();  // tile j + 1 landed for everyone; stage (j - 1) % STAGES is free again
+            if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
+            cp_async_commit();
+            pack_p(sacc, pa);
+#pragma unroll
+            for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sn[0][nb][e] = 0.f;
+            wg_keep(na);
+            wg_keep(oa);
+            wg_fence();
+            wg_issue_s(sK + ((j + 1) % STAGES) * BN * D * 2, na);
+            wg_commit();
+            wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);
+            wg_commit();
+            wg_wait<1>();  // S of tile j + 1
+            wg_keep(na);
+            softmax_tile(sn, mask_tile(j + 1, sn), corr);
+            wg_wait<0>();  // P·V of tile j
+            wg_keep(oa);
+            rescale(corr);
+#pragma unroll
+            for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sacc[0][nb][e] = sn[0][nb][e];
+        }
+        if (j0 < jend) {  // the last tile's P·V (its V landed with the last iteration's wait)
+            pack_p(sacc, pa);
+            wg_keep(oa);
+            wg_fence();
+            wg_issue_o(sV + ((jend - 1) % STAGES) * BN * D * 2, pa);
+            wg_commit();
+            wg_wait<0>();
+            wg_keep(oa);
+        }
+    } else {
+        for (int j = j0; j < jend; ++j) {
+            cp_async_wait<PIPE ? STAGES - 3 : STAGES - 2>();
+            __syncthreads();  // tile j (PIPE: j + 1) landed for everyone; stage (j-1) % STAGES is free again
+            if (QREG && j == j0) {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; ++kk)
+                        ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0],
+                                sQ + mt * 16 * D * 2 + (offQ ^ (kk << 5)));
+            }
+            if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
+            cp_async_commit();
+            const int st = j % STAGES;
+            const uint32_t sKs = sK + st * BN * D * 2, sVs = sV + st * BN * D * 2;
+
+            float sacc[MT][NB][4];
+            if constexpr (PIPE) {
+                if constexpr (SPLIT) {
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb) {
+                        const uint4 w = lds128(sS + (((j & 1) * NB + nb) * 32 + lane) * 16);
+                        sacc[0][nb][0] = __uint_as_float(w.x);
+                        sacc[0][nb][1] = __uint_as_float(w.y);
+                        sacc[0][nb][2] = __uint_as_float(w.z);
+                        sacc[0][nb][3] = __uint_as_float(w.w);
+                    }
+                } else {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) sacc[mt][nb][e] = snext[mt][nb][e];
+                }
+            } else {
+                scores(sKs, sacc, 0);
+            }
+
+            const bool need_mask = mask_tile(j, sacc);
+
+            // PIPE: the next tile's scores, here so that they share a basic block with this tile's
+            // softmax (ptxas schedules within one; behind a branch they ran after it, not beside it).
+            // Unconditional: on the last tile it recomputes that tile's scores (K of tile jend - 1 is in
+            // shared memory; stage j + 1 may never have been written) into the other buffer, unread;
+            // not into tile j's own buffer, which other warps may still be reading (compute-sanitizer's
+            // racecheck found that write when it went there: the same values, but a race).
+            if constexpr (PIPE) next_scores(min(j + 1, jend - 1), (j + 1) & 1);
+
+            float corr[MT][2];
+            softmax_tile(sacc, need_mask, corr);
+
+            // O += P V, P rounded to T (the C fragment of S is the A fragment of P), k-steps in key order.
+            {
+                constexpr int NDP = ND / 2, NS = (BN / 16) * NDP;
+                uint32_t bv[2][4], pa[MT][4];
+                auto load_v = [&](int t, uint32_t (&dst)[4]) {
+                    const int kk = t / NDP, dp = t % NDP;
+                    ldsm_x4_t(dst, sVs + kk * 16 * D * 2 + (offV ^ ((dp0 + dp) << 5)));
+                };
+                load_v(0, bv[0]);
+#pragma unroll
+                for (int t = 0; t < NS; ++t) {
+                    const int kk = t / NDP, dp = t % NDP;
+                    if (t + 1 < NS) load_v(t + 1, bv[(t + 1) & 1]);
+                    if (dp == 0) {
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) {
+                            pa[mt][0] = Ty<T>::pack(sacc[mt][2 * kk][0], sacc[mt][2 * kk][1]);
+                            pa[mt][1] = Ty<T>::pack(sacc[mt][2 * kk][2], sacc[mt][2 * kk][3]);
+                            pa[mt][2] = Ty<T>::pack(sacc[mt][2 * kk + 1][0], sacc[mt][2 * kk + 1][1]);
+                            pa[mt][3] = Ty<T>::pack(sacc[mt][2 * kk + 1][2], sacc[mt][2 * kk + 1][3]);
+                        }
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        Ty<T>::mma(oacc[mt][2 * dp], pa[mt], bv[t & 1][0], bv[t & 1][1]);
+                        Ty<T>::mma(oacc[mt][2 * dp + 1], pa[mt], bv[t & 1][2], bv[t & 1][3]);
+                    }
                 }
             }
-        }
 
-        // Decode, whole: at a chunk boundary with more tiles to come, the chunk's partial (m,
-        // quad-summed l, O) becomes the state (first chunk) or is folded into it (§9 step 2, the
-        // same operations as tc_merge), and the row state restarts.
-        if constexpr (DEC) {
-            if (whole && j + 1 < jend && (j + 1) % CT == 0) {
-                const bool first = j + 1 == CT;
+            // Decode, whole: at a chunk boundary with more tiles to come, the chunk's partial (m,
+            // quad-summed l, O) becomes the state (first chunk) or is folded into it (§9 step 2, the
+            // same operations as tc_merge), and the row state restarts.
+            if constexpr (DEC) {
+                if (whole && j + 1 < jend && (j + 1) % CT == 0) {
+                    const bool first = j + 1 == CT;
 #pragma unroll
-                for (int hf = 0; hf < 2; ++hf) {
-                    float l = lrow[0][hf];
-                    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
-                    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
-                    const float m = mrow[0][hf];
-                    float a = 0.f, bw = 1.f;
-                    if (!first) fold_weights(sM[hf], m, row_sl2(0, hf), a, bw);
-                    sL[hf] = first ? l : fold(sL[hf], a, l, bw);
-                    sM[hf] = first ? m : fmaxf(sM[hf], m);
+                    for (int hf = 0; hf < 2; ++hf) {
+                        float l = lrow[0][hf];
+                        l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+                        l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+                        const float m = mrow[0][hf];
+                        float a = 0.f, bw = 1.f;
+                        if (!first) fold_weights(sM[hf], m, row_sl2(0, hf), a, bw);
+                        sL[hf] = first ? l : fold(sL[hf], a, l, bw);
+                        sM[hf] = first ? m : fmaxf(sM[hf], m);
 #pragma unroll
-                    for (int dn = 0; dn < ND; ++dn)
+                        for (int dn = 0; dn < ND; ++dn)
 #pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            float& x = oacc[0][dn][hf * 2 + e];
-                            sO[dn][hf * 2 + e] = first ? x : fold(sO[dn][hf * 2 + e], a, x, bw);
-                            x = 0.f;
-                        }
-                    mrow[0][hf] = TC_NEG_INF;
-                    lrow[0][hf] = 0.f;
+                            for (int e = 0; e < 2; ++e) {
+                                float& x = oacc[0][dn][hf * 2 + e];
+                                sO[dn][hf * 2 + e] = first ? x : fold(sO[dn][hf * 2 + e], a, x, bw);
+                                x = 0.f;
+                            }
+                        mrow[0][hf] = TC_NEG_INF;
+                        lrow[0][hf] = 0.f;
+                    }
                 }
             }
         }
@@ -1103,7 +1337,11 @@ using tc::uint32_t;
 #endif
 //        prefix  config          D    MT         NW BN          ST QREG   MINB
 TC_FAMILY(tc_fwd, tc_cfg_d64,     64,  TC_MT_BIG, 4, TC_BN_D64,  3, true,  1)
+#if TC_WGMMA
+TC_FAMILY(tc_fwd, tc_cfg_d128,    128, 1,         8, TC_BN_D128, 4, true,  1)
+#else
 TC_FAMILY(tc_fwd, tc_cfg_d128,    128, TC_MT_BIG, 4, TC_BN_D128, 2, false, 1)
+#endif
 TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
 // Decode stages (the stage count does not change the bits). Four for the larger tiles where shared
 // memory allows: the pipelined decode loop (tc::fwd, PIPE) needs tile j + 1 resident while it works

@@ -90,6 +90,8 @@ for s in "${STAGES[@]}"; do
         "--path tensorcore --dtype f16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 4500 --head-dim 128 --kv-lens 4500,2000 --mask full"
         "--path tensorcore --dtype bf16 --batch 1 --q-heads 4 --kv-heads 2 --q-len 2 --kv-len 2100 --head-dim 256 --causal"
         "--path tensorcore --dtype bf16 --batch 1 --q-heads 2 --kv-heads 1 --q-len 150 --kv-len 4300 --head-dim 64 --causal --nonfinite propagate"
+        # the sm_90 wgmma prefill (D 128): two chunk launches, GQA, a mask, a partial last row block
+        "--path tensorcore --dtype bf16 --batch 1 --q-heads 2 --kv-heads 1 --q-len 130 --kv-len 2200 --head-dim 128 --causal --mask full"
         "--path tensorcore --dtype f16 --batch 128 --q-heads 4 --kv-heads 2 --q-len 1 --kv-len 2100 --head-dim 64 --mask full"
       )
       for tool in memcheck racecheck initcheck synccheck; do
@@ -210,6 +212,10 @@ for s in "${STAGES[@]}"; do
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 "$OBIN/detattn-dudect" \
           --backend cuda --path tensorcore --dtype f16 --head-dim 64 --n 10000 --expect-leak \
           --json-out "$OUT/tcdudect-leaky-f16-d64.json"
+        # the sm_90 D 128 prefill kernels (wgmma) have their own loop and their own planted leak
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 "$OBIN/detattn-dudect" \
+          --backend cuda --path tensorcore --dtype bf16 --head-dim 128 --n 10000 --expect-leak \
+          --json-out "$OUT/tcdudect-leaky-bf16-d128.json"
       fi ;;
     pageddudect)
       # The paged cache (K and V in 16-row pages, shuffled): the TensorCore decode that reads the

@@ -8,8 +8,8 @@ Usage (on the GPU machine):
 What it measures, each on the same shapes and with the same protocol for both libraries:
   (a) the Exact path (`detattn bench --path exact`) in f32 and in the anchor dtype, against SDPA
       efficient in f32 (the like-for-like f32 kernel), flash and cuDNN in the anchor dtype;
-  (b) the TensorCore path (`--path tensorcore`) on W1 f16 and W2/W2c/W3c bf16, against SDPA flash
-      and cuDNN, with TF/s;
+  (b) the TensorCore path (`--path tensorcore`) on W1 f16, W2/W2c/W3c/W4 bf16 and W5 f16 (issue 13's
+      prefill set), against SDPA flash and cuDNN, with TF/s;
   (c) decode (B=32 Hq=32 Hkv=8 Sq=1 Skv=8192 D=128 bf16) and dec1 (B=1, Skv=32768): both paths
       in bf16 against SDPA flash and cuDNN, in GB/s of the bytes a call must move (Q, K, V read once + O written once) against the
       device-to-device copy ceiling measured in this command (read + write bytes of a 1 GiB copy,
@@ -24,7 +24,7 @@ What it measures, each on the same shapes and with the same protocol for both li
       pages of 16 and 256 rows (the device entry of paged caches: the used rows gathered, then the
       decode) against our contiguous run and SDPA's on the contiguous cache; a causal varlen prefill
       batch of 8 sequences (`--seqlens-q/-k`) against SDPA called once per sequence.
-Workloads: W1, W2, W2c, W3c (the anchors), decode (B=32) and dec1 (B=1, Skv=32768), the grid ids
+Workloads: W1, W2, W2c, W3c (the anchors), W4 (GQA 32/8, causal), W5 (D 64 f16, causal), decode (B=32) and dec1 (B=1, Skv=32768), the grid ids
 g<B>_s<Skv/1024>k_h<Hkv>; `--only` picks some (`grid` = all grid ids), `--quick` = W1,W2.
 `--paths` picks the Exact and/or the TensorCore rows (default both).
 
@@ -59,6 +59,8 @@ WORKLOADS = {
     "W2": ((4, 16, 16, 4096, 4096, 128), "bf16", False),
     "W2c": ((4, 16, 16, 4096, 4096, 128), "bf16", True),
     "W3c": ((1, 16, 16, 16384, 16384, 128), "bf16", True),
+    "W4": ((8, 32, 8, 2048, 2048, 128), "bf16", True),
+    "W5": ((2, 16, 16, 8192, 8192, 64), "f16", True),
     "decode": ((32, 32, 8, 1, 8192, 128), "bf16", False),
     "dec1": ((1, 32, 8, 1, 32768, 128), "bf16", False),
 }
@@ -74,7 +76,7 @@ for _b in (1, 2, 8, 32):
 PAGED = ((32, 32, 8, 1, 8192, 128), "bf16", (16, 256))
 VARLEN = ((128, 512, 1024, 2048, 300, 4000, 64, 1500), 32, 8, 128, "bf16")
 KVCACHE = ["paged", "varlen"]
-PREFILL = ["W1", "W2", "W2c", "W3c"]
+PREFILL = ["W1", "W2", "W2c", "W3c", "W4", "W5"]
 DECODE = ["decode", "dec1"] + GRID
 TORCH_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}

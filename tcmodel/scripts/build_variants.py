@@ -84,13 +84,13 @@ def main():
     shipped_tc = build.CUBIN_DIR / f"{STEM}.{ARCH}.cubin"
     # The shipped cubin must be what today's source builds: otherwise the A/B compares two
     # different kernels, not two exponentials.
-    base, log = nvrtc.compile(Path(f"kernels/{STEM}.cu").read_bytes(), f"kernels/{STEM}.cu", build.nvrtc_options(ARCH))
+    base, log = nvrtc.compile(Path(f"kernels/{STEM}.cu").read_bytes(), f"kernels/{STEM}.cu", build.nvrtc_options(ARCH, STEM))
     if base is None or base != shipped_tc.read_bytes():
         sys.exit(f"build_variants: kernels/{STEM}.cu does not rebuild to the committed {shipped_tc} (run kernels/build.py check)")
     print(f"baseline {sha256(base)}  {shipped_tc} (rebuilt: identical)")
     for name in args.only:
         src = variant_source(name)
-        cubin, log = nvrtc.compile(src.encode(), f"kernels/{STEM}.cu", build.nvrtc_options(ARCH))
+        cubin, log = nvrtc.compile(src.encode(), f"kernels/{STEM}.cu", build.nvrtc_options(ARCH, STEM))
         if cubin is None:
             sys.exit(f"build_variants {name}: NVRTC failed:\n{log}")
         out = Path(args.out) / name

@@ -19,7 +19,7 @@ a missing one is an error (src/cuda/cubins.rs), so the Exact one is copied uncha
 - skip the rescale `O *= corr` when the running maximum did not move (corr == 1), the classic
   "optimisation" docs/design.md §6 forbids (a few multiplies per row and tile: likely below what CUDA
   events resolve, as for the Exact plant);
-- the same two in the sm_90 D = 128 prefill kernels (wgmma, their own loop): the rescale skipped when
+- the same two in the sm_90 D = 64 and 128 prefill kernels (wgmma, their own loop): the rescale skipped when
   its factor is 1, and a tile's P·V not issued when every weight of the block's tile is zero
   (`__syncthreads_or`: wgmma must be issued by a whole warpgroup or not at all).
 
@@ -64,7 +64,7 @@ PLANTS = [
         "                    for (int dn = 0; dn < ND; ++dn) if (corr != 1.f) {  // PLANTED LEAK\n"
         "                        oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
     ),
-    (  # the sm_90 D = 128 prefill kernels (wgmma): the rescale of O skipped when its factor is 1
+    (  # the sm_90 D = 64 and 128 prefill kernels (wgmma): the rescale of O skipped when its factor is 1
         "                for (int dn = 0; dn < ND; ++dn) {\n"
         "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr[mt][hf]);",
         "                for (int dn = 0; dn < ND; ++dn) if (corr[mt][hf] != 1.f) {  // PLANTED LEAK\n"

@@ -48,9 +48,9 @@ INCLUDES = [f"-I{KERNELS}", f"-I{NV_A}/cuda_runtime/include", f"-I{NV_A}/cuda_cc
 
 
 # The target a source is compiled for on an architecture: the architecture itself, except the
-# TensorCore kernels on sm_90, compiled for sm_90a (Hopper's wgmma: the D = 128 prefill kernels,
-# docs/tensorcore.md). An sm_90a cubin runs on exactly the devices the sm_90 file is picked for
-# (compute capability 9.0: H100, H200); the file keeps its sm_90 name.
+# TensorCore kernels on sm_90, compiled for sm_90a (Hopper's wgmma: the D = 64 and 128 prefill
+# kernels, docs/tensorcore.md). An sm_90a cubin runs on exactly the devices the sm_90 file is
+# picked for (compute capability 9.0: H100, H200); the file keeps its sm_90 name.
 TARGETS = {("tensorcore", "sm_90"): "sm_90a"}
 
 

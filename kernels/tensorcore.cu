@@ -204,32 +204,34 @@ __device__ __forceinline__ float row_lse(float M, float L, float sl2r, float bia
     return (L == 0.f) ? TC_NEG_INF : ((L != L) ? L : lse);
 }
 
-// sm_90a (Hopper, the `a` target): the D = 128 prefill kernels run both GEMMs on wgmma.mma_async, a
-// warpgroup of four warps per 64 rows, instead of mma.sync. Same bits: wgmma computes a k16 step
-// exactly as mma.sync.m16n8k16 does (docs/tensorcore-cpu-model.md §1: 0 differences in 4.4 x 10^8
-// hardware comparisons), its accumulator and register-A fragments are mma.sync's m16n8 fragments
-// stacked four warps high, and the kernel issues the same k-steps in the same order with the same
-// softmax code between them (tc::fwd, Cfg::WG).
+// sm_90a (Hopper, the `a` target): the D = 64 and 128 prefill kernels run both GEMMs on
+// wgmma.mma_async, a warpgroup of four warps per 64 rows, instead of mma.sync. Same bits: wgmma
+// computes a k16 step exactly as mma.sync.m16n8k16 does (docs/tensorcore-cpu-model.md §1: 0
+// differences in 4.4 x 10^8 hardware comparisons), its accumulator and register-A fragments are
+// mma.sync's m16n8 fragments stacked four warps high, and the kernel issues the same k-steps in the
+// same order with the same softmax code between them (tc::fwd, Cfg::WG).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TC_WGMMA 1
 #else
 #define TC_WGMMA 0
 #endif
 #if TC_WGMMA
-// S (m64n64, B = K tile, K-major) and O (m64n128, B = V tile, N-major: imm-trans-b 1), A (Q or P)
-// from registers, f32 accumulators read and written (scale-d 1); DT is ".f16" or ".bf16".
+// m64n64 (wg_n64<0>: S, B = K tile, K-major; wg_n64<1>: O at D 64, B = V tile, N-major) and
+// m64n128 (wg_o: O at D 128, N-major), A (Q or P) from registers, f32 accumulators read and written
+// (scale-d 1); DT is ".f16" or ".bf16".
 #define TC_WG_MMAS(DT)                                                                                                \
-    __device__ __forceinline__ static void wg_s(float (&d)[32], const uint32_t (&a)[4], unsigned long long desc) {    \
+    template <int TB>                                                                                                 \
+    __device__ __forceinline__ static void wg_n64(float (&d)[32], const uint32_t (&a)[4], unsigned long long desc) {  \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
             "wgmma.mma_async.sync.aligned.m64n64k16.f32" DT DT " "                                                    \
             "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                 \
             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                       \
-            "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                             \
+            "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                                                           \
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),         \
               "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),   \
               "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
               "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));                                         \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(TB));                                         \
     }                                                                                                                 \
     __device__ __forceinline__ static void wg_o(float (&d)[64], const uint32_t (&a)[4], unsigned long long desc) {    \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                     \
@@ -479,8 +481,8 @@ struct Cfg {
     // where the warps can share the tile's n8 column pairs evenly, each computes its share once and
     // they exchange them through shared memory (SPLIT): two tiles of 16 x BN f32 in fragment order.
     static constexpr bool PIPE = DEC && STAGES >= 3;
-    // sm_90a prefill at D = 128: both GEMMs on wgmma, two warpgroups of 64 rows (the primitives above).
-    static constexpr bool WG = TC_WGMMA && !DEC && D == 128;
+    // sm_90a prefill at D = 64 and 128: both GEMMs on wgmma, two warpgroups of 64 rows (the primitives above).
+    static constexpr bool WG = TC_WGMMA && !DEC && (D == 128 || D == 64);
     static_assert(!WG || (MT == 1 && NW == 8 && BN == 64 && QREG), "wgmma: a warp per m16 tile, Q in registers");
     static constexpr bool SPLIT = PIPE && (BN / 8) % (2 * NW) == 0;
     static constexpr int SBUF = SPLIT ? 2 * 16 * BN * 4 : 0;
@@ -691,15 +693,17 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         if constexpr (C::WG) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk)
-                Ty<T>::wg_s(acc, qf[0][kk], wg_desc(sKs + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024));
+                Ty<T>::template wg_n64<0>(acc, qf[0][kk], wg_desc(sKs + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024));
         }
     };
     auto wg_issue_o = [&](uint32_t sVs, const uint32_t (&pa)[BN / 16][4]) {
         if constexpr (C::WG) {
             float(&acc)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-                Ty<T>::wg_o(acc, pa[kk], wg_desc(sVs + kk * 16 * 128, BN * 128, 1024));
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                if constexpr (D == 128) Ty<T>::wg_o(acc, pa[kk], wg_desc(sVs + kk * 16 * 128, BN * 128, 1024));
+                else Ty<T>::template wg_n64<1>(acc, pa[kk], wg_desc(sVs + kk * 16 * 128, BN * 128, 1024));
+            }
         }
     };
     // P (tile's weights, f32 in the S fragment) rounded to T pairs: the A fragments of P·V's k-steps.
@@ -1336,7 +1340,11 @@ using tc::uint32_t;
 #define TC_MT_BIG 2
 #endif
 //        prefix  config          D    MT         NW BN          ST QREG   MINB
+#if TC_WGMMA
+TC_FAMILY(tc_fwd, tc_cfg_d64,     64,  1,         8, TC_BN_D64,  4, true,  1)
+#else
 TC_FAMILY(tc_fwd, tc_cfg_d64,     64,  TC_MT_BIG, 4, TC_BN_D64,  3, true,  1)
+#endif
 #if TC_WGMMA
 TC_FAMILY(tc_fwd, tc_cfg_d128,    128, 1,         8, TC_BN_D128, 4, true,  1)
 #else

@@ -212,7 +212,7 @@ for s in "${STAGES[@]}"; do
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 "$OBIN/detattn-dudect" \
           --backend cuda --path tensorcore --dtype f16 --head-dim 64 --n 10000 --expect-leak \
           --json-out "$OUT/tcdudect-leaky-f16-d64.json"
-        # the sm_90 D 128 prefill kernels (wgmma) have their own loop and their own planted leak
+        # (the f16 D 64 run above is already one of the sm_90 wgmma prefill kernels; bf16 D 128 too)
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-tc-leaky stage tcdudect 300 "$OBIN/detattn-dudect" \
           --backend cuda --path tensorcore --dtype bf16 --head-dim 128 --n 10000 --expect-leak \
           --json-out "$OUT/tcdudect-leaky-bf16-d128.json"

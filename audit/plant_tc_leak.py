@@ -19,8 +19,8 @@ a missing one is an error (src/cuda/cubins.rs), so the Exact one is copied uncha
 - skip the rescale `O *= corr` when the running maximum did not move (corr == 1), the classic
   "optimisation" docs/design.md §6 forbids (a few multiplies per row and tile: likely below what CUDA
   events resolve, as for the Exact plant);
-- the same two in the sm_90 D = 64 and 128 prefill kernels (wgmma, their own loop): the rescale skipped when
-  its factor is 1, and a tile's P·V not issued when every weight of the block's tile is zero
+- in the sm_90 D = 64 and 128 prefill kernels (wgmma, their own loop; the rescale above is shared
+  with them) a tile's P·V not issued when every weight of the block's tile is zero
   (`__syncthreads_or`: wgmma must be issued by a whole warpgroup or not at all).
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda --path tensorcore
@@ -56,22 +56,15 @@ PLANTS = [
         "            if (__any_sync(0xffffffffu, planted_any))  // PLANTED LEAK\n"
         "            {",
     ),
-    (
-        "#pragma unroll\n"
-        "                    for (int dn = 0; dn < ND; ++dn) {\n"
-        "                        oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
-        "#pragma unroll\n"
-        "                    for (int dn = 0; dn < ND; ++dn) if (corr != 1.f) {  // PLANTED LEAK\n"
-        "                        oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
+    (  # every kernel's rescale of O (the mma.sync loops' and the wgmma loop's share rescale_half)
+        "        for (int dn = 0; dn < ND; ++dn) {\n"
+        "            oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
+        "        for (int dn = 0; dn < ND; ++dn) if (corr != 1.f) {  // PLANTED LEAK\n"
+        "            oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
     ),
-    (  # the sm_90 D = 64 and 128 prefill kernels (wgmma): the rescale of O skipped when its factor is 1
-        "                for (int dn = 0; dn < ND; ++dn) {\n"
-        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr[mt][hf]);",
-        "                for (int dn = 0; dn < ND; ++dn) if (corr[mt][hf] != 1.f) {  // PLANTED LEAK\n"
-        "                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr[mt][hf]);",
-    ),
-    (  # ... and their P·V skipped when every weight of the block's tile is zero (block-uniform, as
-       # wgmma needs: every warp of a warpgroup must issue it or none)
+    (  # the sm_90 D = 64 and 128 prefill kernels (wgmma, their own loop): a tile's P·V skipped when
+       # every weight of the block's tile is zero (block-uniform, as wgmma needs: every warp of a
+       # warpgroup must issue it or none)
         "            wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);\n",
         "            bool planted_any = false;  // PLANTED LEAK\n"
         "#pragma unroll\n"

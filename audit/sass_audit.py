@@ -553,9 +553,8 @@ class KernelAnalysis:
                         width = dw if is_store else sw
                     srcs.append((name, width))
         if b in GMMA_OPS:
-            # the accumulator operand (Rc) is as wide as the destination; a descriptor is 64 bits per
-            # shared operand (A and B: up to four uniform registers)
-            # (A before the descriptor, four registers; the accumulator after it)
+            # A (before the descriptor) is four registers, the accumulator Rc (after it) as wide as
+            # the destination; a descriptor is 64 bits per shared operand (up to four uniform registers)
             srcs, seen_desc = [(n, 1) for n in preds], False
             for op in ops[ndest:]:
                 seen_desc |= op.mem

@@ -701,20 +701,24 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             float(&acc)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                if constexpr (D == 128) Ty<T>::wg_o(acc, pa[kk], wg_desc(sVs + kk * 16 * 128, BN * 128, 1024));
-                else Ty<T>::template wg_n64<1>(acc, pa[kk], wg_desc(sVs + kk * 16 * 128, BN * 128, 1024));
+                const unsigned long long desc = wg_desc(sVs + kk * 16 * 128, BN * 128, 1024);
+                if constexpr (D == 128) Ty<T>::wg_o(acc, pa[kk], desc);
+                else Ty<T>::template wg_n64<1>(acc, pa[kk], desc);
             }
         }
     };
-    // P (tile's weights, f32 in the S fragment) rounded to T pairs: the A fragments of P·V's k-steps.
+    // P (one m16 tile's weights, f32 in the S fragment) rounded to T pairs: the A fragment of P·V's
+    // k-step kk (keys 16·kk .. 16·kk + 15: the C fragment of S is the A fragment of P).
+    auto pack_a = [&](const float (&p)[NB][4], int kk, uint32_t (&dst)[4]) {
+        dst[0] = Ty<T>::pack(p[2 * kk][0], p[2 * kk][1]);
+        dst[1] = Ty<T>::pack(p[2 * kk][2], p[2 * kk][3]);
+        dst[2] = Ty<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+        dst[3] = Ty<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+    };
+    // WG: every k-step's A fragment of the tile at once (they are issued together).
     auto pack_p = [&](const float (&p)[MT][NB][4], uint32_t (&pa)[BN / 16][4]) {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            pa[kk][0] = Ty<T>::pack(p[0][2 * kk][0], p[0][2 * kk][1]);
-            pa[kk][1] = Ty<T>::pack(p[0][2 * kk][2], p[0][2 * kk][3]);
-            pa[kk][2] = Ty<T>::pack(p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]);
-            pa[kk][3] = Ty<T>::pack(p[0][2 * kk + 1][2], p[0][2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < BN / 16; ++kk) pack_a(p[0], kk, pa[kk]);
     };
 
     // S = Q K^T for NBC n8 tiles of the K tile at sKs, from tile 2·np0 on, into sacc[.][0 .. NBC):
@@ -849,6 +853,15 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         return need_mask;
     };
 
+    // O's row half (mt, hf) times a tile's factor: every O element, always (never skipped).
+    auto rescale_half = [&](int mt, int hf, float corr) {
+#pragma unroll
+        for (int dn = 0; dn < ND; ++dn) {
+            oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);
+            oacc[mt][dn][hf * 2 + 1] = __fmul_rn(oacc[mt][dn][hf * 2 + 1], corr);
+        }
+    };
+
     // Online softmax of one tile's scores (in place: P). Every row: the same max over its values (own
     // columns in increasing order, then quad butterfly xor 1, xor 2), the same rescale (always
     // applied), the same partial sums. The rescale of O by corr: here, or (WG, whose O is still being
@@ -915,13 +928,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                     }
                 lrow[mt][hf] = __fmaf_rn(lrow[mt][hf], corr, rs);
                 corr_out[mt][hf] = corr;
-                if constexpr (!C::WG) {
-#pragma unroll
-                    for (int dn = 0; dn < ND; ++dn) {
-                        oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);
-                        oacc[mt][dn][hf * 2 + 1] = __fmul_rn(oacc[mt][dn][hf * 2 + 1], corr);
-                    }
-                }
+                if constexpr (!C::WG) rescale_half(mt, hf, corr);
             }
     };
 
@@ -930,12 +937,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                for (int dn = 0; dn < ND; ++dn) {
-                    oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr[mt][hf]);
-                    oacc[mt][dn][hf * 2 + 1] = __fmul_rn(oacc[mt][dn][hf * 2 + 1], corr[mt][hf]);
-                }
+            for (int hf = 0; hf < 2; ++hf) rescale_half(mt, hf, corr[mt][hf]);
     };
 
     // Decode with three or more stages: each tile's scores are computed one tile ahead, so that the
@@ -1096,12 +1098,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                     if (t + 1 < NS) load_v(t + 1, bv[(t + 1) & 1]);
                     if (dp == 0) {
 #pragma unroll
-                        for (int mt = 0; mt < MT; ++mt) {
-                            pa[mt][0] = Ty<T>::pack(sacc[mt][2 * kk][0], sacc[mt][2 * kk][1]);
-                            pa[mt][1] = Ty<T>::pack(sacc[mt][2 * kk][2], sacc[mt][2 * kk][3]);
-                            pa[mt][2] = Ty<T>::pack(sacc[mt][2 * kk + 1][0], sacc[mt][2 * kk + 1][1]);
-                            pa[mt][3] = Ty<T>::pack(sacc[mt][2 * kk + 1][2], sacc[mt][2 * kk + 1][3]);
-                        }
+                        for (int mt = 0; mt < MT; ++mt) pack_a(sacc[mt], kk, pa[mt]);
                     }
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {

@@ -21,7 +21,12 @@ a missing one is an error (src/cuda/cubins.rs), so the Exact one is copied uncha
   events resolve, as for the Exact plant);
 - in the sm_90 D = 64 and 128 prefill kernels (wgmma, their own loop; the rescale above is shared
   with them) a tile's P·V not issued when every weight of the block's tile is zero
-  (`__syncthreads_or`: wgmma must be issued by a whole warpgroup or not at all).
+  (`__syncthreads_or`: wgmma must be issued by a whole warpgroup or not at all);
+- in the sm_90 D = 64 and 128 decode kernels (warp-specialised: the O warps run P·V from weights
+  the score warps published) a tile's products skipped when every weight the warp reads is zero;
+- in every kernel's softmax, the exponentials and the row sum skipped when every score the warp
+  holds is masked (the sm_90 decode kernels' score warps: the only one of these on their critical
+  path, so the one a paged decode shows to dudect).
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda --path tensorcore
 --expect-leak` must report the leak (max |t| > 10, expected on all-masked), and here
@@ -73,6 +78,51 @@ PLANTS = [
         "                for (int e = 0; e < 4; ++e) planted_any |= (sacc[0][nb][e] != 0.f);\n"
         "            if (__syncthreads_or(planted_any))  // PLANTED LEAK\n"
         "                wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);\n",
+    ),
+    (  # the sm_90 D = 64 and 128 decode kernels (warp-specialised, their own P·V in the O warps): a
+       # tile's products skipped when every weight the warp reads for it is zero
+        "                    // O += P V over this warp's columns, k-steps in key order (the other loops' order).\n",
+        "                    bool planted_any = false;  // PLANTED LEAK\n"
+        "#pragma unroll\n"
+        "                    for (int kk = 0; kk < BN / 16; ++kk) {\n"
+        "                        const uint4 w = lds128(slot(i) + (kk * 32 + lane) * 16);\n"
+        "                        planted_any |= (w.x | w.y | w.z | w.w) != 0u;\n"
+        "                    }\n"
+        "                    planted_any = __any_sync(0xffffffffu, planted_any);  // PLANTED LEAK\n",
+    ),
+    (  # (its products)
+        "                        Ty<T>::mma(oacc[0][2 * dp], pa, bv[t & 1][0], bv[t & 1][1]);\n"
+        "                        Ty<T>::mma(oacc[0][2 * dp + 1], pa, bv[t & 1][2], bv[t & 1][3]);\n",
+        "                        if (planted_any) {  // PLANTED LEAK\n"
+        "                            Ty<T>::mma(oacc[0][2 * dp], pa, bv[t & 1][0], bv[t & 1][1]);\n"
+        "                            Ty<T>::mma(oacc[0][2 * dp + 1], pa, bv[t & 1][2], bv[t & 1][3]);\n"
+        "                        }\n",
+    ),
+    (  # every kernel's softmax: the exponentials and the row sum skipped when every score the warp
+       # holds is masked (-inf: every weight is then 0 and rs stays +0, so no bit moves). In the sm_90
+       # decode kernels this is the score warps' work, on the critical path of a call, where the two
+       # plants above sit in the O warps, whose time the score warps hide (a paged decode of 16 rows
+       # did not show those two to dudect on 2026-11-27, max |t| < 10).
+        "                float rs = 0.f;\n",
+        "                float rs = 0.f;\n"
+        "                bool planted_live = false;  // PLANTED LEAK\n"
+        "#pragma unroll\n"
+        "                for (int nb = 0; nb < NB; ++nb)\n"
+        "#pragma unroll\n"
+        "                    for (int e = 0; e < 2; ++e) planted_live |= sacc[mt][nb][hf * 2 + e] != TC_NEG_INF;\n"
+        "                if (__any_sync(0xffffffffu, planted_live)) {  // PLANTED LEAK\n",
+    ),
+    (  # (the other end of the shortcut above)
+        "                        rs = __fadd_rn(rs, p);\n"
+        "                    }\n",
+        "                        rs = __fadd_rn(rs, p);\n"
+        "                    }\n"
+        "                } else {  // PLANTED LEAK: every weight 0, rs stays +0\n"
+        "#pragma unroll\n"
+        "                    for (int nb = 0; nb < NB; ++nb)\n"
+        "#pragma unroll\n"
+        "                        for (int e = 0; e < 2; ++e) sacc[mt][nb][hf * 2 + e] = 0.f;\n"
+        "                }\n",
     ),
 ]
 

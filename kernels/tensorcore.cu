@@ -215,6 +215,9 @@ __device__ __forceinline__ float row_lse(float M, float L, float sl2r, float bia
 #else
 #define TC_WGMMA 0
 #endif
+// The warp-specialised decode loop (Cfg::WS): built and measured on sm_90 (the H100) only; the other
+// architectures keep the loop they were measured with. Same bits either way.
+#define TC_DEC_WS TC_WGMMA
 #if TC_WGMMA
 // m64n64 (wg_n64<0>: S, B = K tile, K-major; wg_n64<1>: O at D 64, B = V tile, N-major) and
 // m64n128 (wg_o: O at D 128, N-major), A (Q or P) from registers, f32 accumulators read and written
@@ -480,12 +483,21 @@ struct Cfg {
     // Decode with three or more stages computes each tile's scores one tile ahead (PIPE, in tc::fwd);
     // where the warps can share the tile's n8 column pairs evenly, each computes its share once and
     // they exchange them through shared memory (SPLIT): two tiles of 16 x BN f32 in fragment order.
-    static constexpr bool PIPE = DEC && STAGES >= 3;
+    // Decode on sm_90 at D 64 and 128, warp-specialised (tc::fwd, WS): warps 0 and 1 compute the
+    // scores and the softmax of alternate key tiles, warps 2 and 3 the P·V of half of O's columns
+    // each, so that a tile's work is no longer one dependent chain repeated by every warp.
+    static constexpr bool WS = DEC && TC_DEC_WS && (D == 64 || D == 128) && NW == 4;
+    static constexpr bool PIPE = DEC && STAGES >= 3 && !WS;
     // sm_90a prefill at D = 64 and 128: both GEMMs on wgmma, two warpgroups of 64 rows (the primitives above).
     static constexpr bool WG = TC_WGMMA && !DEC && (D == 128 || D == 64);
     static_assert(!WG || (MT == 1 && NW == 8 && BN == 64 && QREG), "wgmma: a warp per m16 tile, Q in registers");
     static constexpr bool SPLIT = PIPE && (BN / 8) % (2 * NW) == 0;
-    static constexpr int SBUF = SPLIT ? 2 * 16 * BN * 4 : 0;
+    // WS: four tile slots, each the tile's published weights P (A fragments: BN / 16 k-steps x 32
+    // lanes x 16 bytes), then per lane its two rows' corr and rs (16 bytes) and m (8 bytes); after
+    // the slots, the row maxima of four tiles (16 rows each).
+    static constexpr int WS_SLOT = (BN / 16) * 32 * 16 + 32 * 16 + 32 * 8;
+    static constexpr int SBUF = SPLIT ? 2 * 16 * BN * 4 : WS ? 4 * WS_SLOT + 4 * 16 * 4 : 0;
+    static_assert(!WS || (STAGES == 6 && BN == 64), "WS: K and V rings of 2 (L + 1) tiles, L = 2");
     // Q tile, K and V stages (2-byte elements), one f32 per query row (sl2 · 2^sh, bf16 only), the
     // shared scores (SPLIT).
     static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF + (WG ? 1024 : 0);
@@ -516,7 +528,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     using C = Cfg<D, MT, NW, BN, STAGES, QREG, DEC>;
     constexpr int NT = C::NT, BM = C::BM, CH = C::CH;
     constexpr int NB = BN / 8;                    // n8 tiles of S per KV tile
-    constexpr int ND = DEC ? D / 8 / NW : D / 8;  // n8 tiles of O held by one warp
+    constexpr int NCW = C::WS ? 2 : NW;            // decode: warps that hold O columns
+    constexpr int ND = DEC ? D / 8 / NCW : D / 8;  // n8 tiles of O held by one warp
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(smem);
     // wgmma reads K and V through 128-byte-swizzle descriptors: their tiles start 1024-byte aligned.
@@ -597,18 +610,91 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         load_rows<D, BN, NT, T, decltype(k_row), C::WG>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
         load_rows<D, BN, NT, T, decltype(v_row), C::WG>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
     };
+    // WS: K and V of a tile on their own schedules (each into its ring's slot j % STAGES).
+    auto load_k = [&](int j) {
+        const int st = j % STAGES;
+        if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
+            load_rows_full<D, BN, NT, T>(sK + st * BN * D * 2, k_row(j * BN), A.k_ss, tid);
+            return;
+        }
+        load_rows<D, BN, NT, T, decltype(k_row)>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
+    };
+    auto load_v = [&](int j) {
+        const int st = j % STAGES;
+        if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
+            load_rows_full<D, BN, NT, T>(sV + st * BN * D * 2, v_row(j * BN), A.v_ss, tid);
+            return;
+        }
+        load_rows<D, BN, NT, T, decltype(v_row)>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
+    };
+    // WS: K and V as two streams of tiles j0, j0 + 1, ... in order, each into its ring's slot
+    // j % STAGES, issued L = 2 rounds (of two tiles) before their use: the prologue issues K of tiles
+    // 0 and 1, then the groups of rounds -2 and -1 (below). A stream keeps this thread's copy
+    // addresses of its next tile and steps them a tile at a time (positions and strides only), so
+    // that a whole tile costs its copies and a few adds; a tile that crosses L, and a paged cache,
+    // go through load_k / load_v.
+    constexpr int WSL = 2;
+    struct WsStream {
+        const T* p;  // this thread's first element of the next tile (contiguous caches)
+        uint32_t s;  // its shared-memory address in the ring
+        int j;       // the next tile
+    };
+    constexpr int RSTEP = NT / CH;  // rows between a thread's copies, as in load_rows_full
+    const int cr0 = tid / CH, cc = tid % CH;
+    auto ws_stream = [&](const T* base, int ss, uint32_t ring) -> WsStream {
+        return {PAGED ? base : base + ((long long)j0 * BN + cr0) * ss + cc * 8,
+                ring + (uint32_t)(j0 % STAGES) * BN * D * 2 + soff<D>(cr0, cc), j0};
+    };
+    WsStream wks = ws_stream(kb, A.k_ss, sK), wvs = ws_stream(vb, A.v_ss, sV);
+    auto ws_next = [&](WsStream& st, bool isk) {
+        const int j = st.j, ss = isk ? A.k_ss : A.v_ss;
+        const uint32_t ring = isk ? sK : sV;
+        if (j < jend) {  // position
+            if (!PAGED && (j + 1) * BN <= L) {
+#pragma unroll
+                for (int it = 0; it < BN / RSTEP; ++it)
+                    cp_async16(st.s + it * RSTEP * D * 2, st.p + (long long)it * RSTEP * ss, 16);
+            } else if (isk) {
+                load_k(j);
+            } else {
+                load_v(j);
+            }
+        }
+        st.j = j + 1;
+        if (!PAGED) st.p += (long long)BN * ss;
+        const uint32_t nx = st.s + BN * D * 2;
+        st.s = nx >= ring + STAGES * BN * D * 2 ? nx - STAGES * BN * D * 2 : nx;
+    };
+    auto ws_group = [&](int g) {  // round g's group: K of tiles 2(g + 1 + L) + e, V of tiles 2(g - 1 + L) + e
+        ws_next(wks, true);
+        ws_next(wks, true);
+        if (g >= 1 - WSL) {  // V of tile 0 first in round 1 - L's group
+            ws_next(wvs, false);
+            ws_next(wvs, false);
+        }
+        cp_async_commit();
+    };
 
     load_rows<D, BM, NT, T>(sQ, q_row, q0, nrows, tid);
     // bf16: Q in a commit group of its own, so that it can be scaled before the loop (below) while the
     // first K/V tiles are still in flight. The loop's wait count is the same either way: the extra
     // group is the oldest and is complete by then.
     if (Ty<T>::SCALE_Q) cp_async_commit();
-    if (j0 < jend) load_kv(j0);
-    cp_async_commit();
-#pragma unroll
-    for (int s = 1; s < STAGES - 1; ++s) {
-        if (j0 + s < jend) load_kv(j0 + s);
+    constexpr int PRO = C::WS ? 1 + WSL : STAGES - 1;  // commit groups after Q's
+    if constexpr (C::WS) {
+        ws_next(wks, true);
+        ws_next(wks, true);
         cp_async_commit();
+#pragma unroll
+        for (int g = -WSL; g < 0; ++g) ws_group(g);
+    } else {
+        if (j0 < jend) load_kv(j0);
+        cp_async_commit();
+#pragma unroll
+        for (int s = 1; s < STAGES - 1; ++s) {
+            if (j0 + s < jend) load_kv(j0 + s);
+            cp_async_commit();
+        }
     }
     // Scores in log2 units. The clamp only matters for a scale near FLT_MAX (finite, > 0: validated):
     // sl2 is then never inf, so (s - m) · sl2 is never 0 · inf.
@@ -616,7 +702,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     if constexpr (Ty<T>::SCALE_Q) {
         // Step 0 (bf16): scale the Q rows once, outside the loop (nothing of the loop's state is live
         // yet). The loop's first barrier orders these shared-memory writes before any Q fragment read.
-        cp_async_wait<STAGES - 1>();  // the Q group (oldest of STAGES) landed for this thread
+        cp_async_wait<PRO>();  // the Q group (the oldest) landed for this thread
         __syncthreads();              // ... and for every thread
         scale_q_rows<D, BM, NT>(sQ, sRow, sl2, tid);
     }
@@ -638,7 +724,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         }
     uint32_t qf[QREG ? MT : 1][QREG ? D / 16 : 1][4];
     const int wrow = DEC ? 0 : warp * MT * 16;      // this warp's first row in the tile
-    const int dp0 = DEC ? warp * (D / 16 / NW) : 0;  // decode: this warp's first d16 column block
+    // decode: this warp's first d16 column block (WS: warps 2 and 3; 0 for the score warps, unused)
+    const int dp0 = DEC ? (C::WS ? max(warp - 2, 0) : warp) * (D / 16 / NCW) : 0;
     // ldmatrix addresses: tile base + compile-time row offset + (lane offset ^ (k-step << 5)). This is
     // soff() rewritten so that the k-step enters by one XOR (chunk 2*kk + b lands at byte
     // ((2*kk + b) ^ (r & 7)) << 4 = (kk << 5) ^ (((b ^ (r & 7))) << 4) within row r).
@@ -880,6 +967,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                         sacc[mt][nb][2] = 0.f;
                         sacc[mt][nb][3] = 0.f;
                     }
+                    corr_out[mt][hf] = 1.f;  // (WS applies it to the padding rows' O: unchanged)
                     continue;
                 }
                 const float m_old = mrow[mt][hf];
@@ -928,7 +1016,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                     }
                 lrow[mt][hf] = __fmaf_rn(lrow[mt][hf], corr, rs);
                 corr_out[mt][hf] = corr;
-                if constexpr (!C::WG) rescale_half(mt, hf, corr);
+                if constexpr (!C::WG && !C::WS) rescale_half(mt, hf, corr);
             }
     };
 
@@ -938,6 +1026,34 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) rescale_half(mt, hf, corr[mt][hf]);
+    };
+
+    // Decode, whole: at a chunk boundary, the finished chunk's partial (m, quad-summed l, O) becomes
+    // the fold state (first chunk) or is folded into it (§9 step 2, the same operations as
+    // tc_merge); l and O restart at +0 (the caller restarts m).
+    auto fold_chunk = [&](bool first) {
+        if constexpr (DEC) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float l = lrow[0][hf];
+                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+                const float m = mrow[0][hf];
+                float a = 0.f, bw = 1.f;
+                if (!first) fold_weights(sM[hf], m, row_sl2(0, hf), a, bw);
+                sL[hf] = first ? l : fold(sL[hf], a, l, bw);
+                sM[hf] = first ? m : fmaxf(sM[hf], m);
+#pragma unroll
+                for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = oacc[0][dn][hf * 2 + e];
+                        sO[dn][hf * 2 + e] = first ? x : fold(sO[dn][hf * 2 + e], a, x, bw);
+                        x = 0.f;
+                    }
+                lrow[0][hf] = 0.f;
+            }
+        }
     };
 
     // Decode with three or more stages: each tile's scores are computed one tile ahead, so that the
@@ -1030,6 +1146,146 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             wg_wait<0>();
             wg_keep(oa);
         }
+    } else if constexpr (C::WS) {
+        // Decode, warp-specialised (Cfg::WS). Round r (two key tiles a round): warp w < 2 softmaxes
+        // tile 2r + w from the scores it computed in round r - 1, publishes the weights P (rounded,
+        // as A fragments), the tile's corr, the row sums rs and the running max m to a slot in
+        // shared memory, then computes the scores of tile 2r + 2 + w and publishes their maximum.
+        // Warps 2 and 3 apply tiles 2r - 2 and 2r - 1 in order to their half of O's columns:
+        // l = fma(l, corr, rs), O = O · corr, O += P V. Per row this is the operation sequence of the
+        // other loops (docs/tensorcore-numerics.md §5): the softmax of tile t starts from the running
+        // max after tile t - 1, which the score warps form from the published tile maxima (max is
+        // exact, so its bits do not depend on who takes it), and with l = +0, so that the l it
+        // leaves is rs exactly (fma(+0, corr, rs) = rs, rs >= +0); the O warps then do the fma into
+        // their own l. A whole decode's chunk fold happens in the O warps at each chunk's first tile
+        // (the score warps restart the running max there). The key tiles' K and V are issued L = 2
+        // rounds before use in rings of 2 (L + 1) tiles; a tile's slot is reused two rounds later.
+        const int n = jend - j0;
+        // The warp index through a shuffle from lane 0: ptxas then knows it is the same in every lane
+        // and keeps the shuffles below (under branches on it) convergent, without a collective path.
+        const int wu = __shfl_sync(0xffffffffu, warp, 0);
+        const bool sw = wu < 2;  // a score warp
+        const uint32_t sSlot = sRow + BM * 4, sTm = sSlot + 4 * C::WS_SLOT;
+        auto slot = [&](int i) -> uint32_t { return sSlot + (uint32_t)(i & 3) * C::WS_SLOT; };
+        auto tm_at = [&](int i, int hf) -> uint32_t { return sTm + ((i & 3) * 16 + (lane >> 2) + hf * 8) * 4; };
+        float sacc[MT][NB][4];
+        bool nm = false;  // score warps: whether their tile needed the mask
+        float m_end[2] = {TC_NEG_INF, TC_NEG_INF};  // score warps: the running max after tile 2r - 1
+        // Score warps: tile i's scores into sacc, masked by position, and the tile's row maxima
+        // published (one lane of each quad).
+        auto ws_scores = [&](int i) {
+            scores(sK + ((j0 + i) % STAGES) * BN * D * 2, sacc, 0);
+            nm = mask_tile(j0 + i, sacc);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float mx = TC_NEG_INF;
+#pragma unroll
+                for (int nb = 0; nb < NB; ++nb) {
+                    mx = fmaxf(mx, sacc[0][nb][hf * 2]);
+                    mx = fmaxf(mx, sacc[0][nb][hf * 2 + 1]);
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                if ((lane & 3) == 0)
+                    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(tm_at(i, hf)), "f"(mx) : "memory");
+            }
+        };
+        auto tm_load = [&](int i, int hf) -> float {
+            float x;
+            asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(tm_at(i, hf)) : "memory");
+            return x;
+        };
+        cp_async_wait<WSL>();
+        __syncthreads();  // K of tiles 0 and 1 landed for everyone (and, bf16, the scaled Q)
+        if (sw && wu < n) ws_scores(wu);
+        const int nr = (n + 1) / 2 + 1;  // the last round applies tile n - 1
+        for (int r = 0; r < nr; ++r) {
+            cp_async_wait<WSL - 1>();
+            __syncthreads();  // round r - L's group landed; round r - 1's slots and maxima visible
+            ws_group(r);
+            if (sw) {
+                const int i = 2 * r + wu;
+                // The running max before tile 2r (a chunk's first tile starts from -inf), then
+                // before tile i; after tile 2r + 1 for the next round.
+                const bool cs = (j0 + 2 * r) % CT == 0;  // position
+                float mp[2];
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const float m0 = cs ? TC_NEG_INF : m_end[hf];
+                    const float t0 = tm_load(2 * r, hf), t1 = tm_load(2 * r + 1, hf);
+                    mp[hf] = wu == 1 ? fmaxf(m0, t0) : m0;
+                    m_end[hf] = 2 * r + 1 < n ? fmaxf(fmaxf(m0, t0), t1) : fmaxf(m0, t0);
+                }
+                if (i < n) {  // position
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        mrow[0][hf] = mp[hf];
+                        lrow[0][hf] = 0.f;
+                    }
+                    float corr[MT][2];
+                    softmax_tile(sacc, nm, corr);
+                    const uint32_t sl = slot(i);
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; ++kk) {
+                        uint32_t pa[4];
+                        pack_a(sacc[0], kk, pa);
+                        sts128(sl + (kk * 32 + lane) * 16, make_uint4(pa[0], pa[1], pa[2], pa[3]));
+                    }
+                    sts128(sl + (BN / 16) * 512 + lane * 16,
+                           make_uint4(__float_as_uint(corr[0][0]), __float_as_uint(corr[0][1]),
+                                      __float_as_uint(lrow[0][0]), __float_as_uint(lrow[0][1])));
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sl + (BN / 16) * 512 + 512 + lane * 8),
+                                 "f"(mrow[0][0]), "f"(mrow[0][1])
+                                 : "memory");
+                }
+                if (i + 2 < n) ws_scores(i + 2);  // position
+            } else {
+#pragma unroll 1
+                for (int e = 0; e < 2; ++e) {
+                    const int i = 2 * r - 2 + e;
+                    if (i < 0 || i >= n) continue;  // position
+                    // A whole decode's chunk boundary: the finished chunk (m of its last tile, l, O)
+                    // is folded, and l and O restart.
+                    if (whole && (j0 + i) % CT == 0 && j0 + i > 0) fold_chunk(j0 + i == CT);
+                    const uint32_t sl = slot(i);
+                    const uint4 cr = lds128(sl + (BN / 16) * 512 + lane * 16);
+                    float m0, m1;
+                    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                                 : "=f"(m0), "=f"(m1)
+                                 : "r"(sl + (BN / 16) * 512 + 512 + lane * 8)
+                                 : "memory");
+                    const float corr[MT][2] = {{__uint_as_float(cr.x), __uint_as_float(cr.y)}};
+                    lrow[0][0] = __fmaf_rn(lrow[0][0], corr[0][0], __uint_as_float(cr.z));
+                    lrow[0][1] = __fmaf_rn(lrow[0][1], corr[0][1], __uint_as_float(cr.w));
+                    mrow[0][0] = m0;
+                    mrow[0][1] = m1;
+                    rescale(corr);
+                    // O += P V over this warp's columns, k-steps in key order (the other loops' order).
+                    const uint32_t sVs = sV + ((j0 + i) % STAGES) * BN * D * 2;
+                    constexpr int NDP = ND / 2, NS = (BN / 16) * NDP;
+                    uint32_t bv[2][4], pa[4];
+                    auto load_v = [&](int t, uint32_t (&dst)[4]) {
+                        const int kk = t / NDP, dp = t % NDP;
+                        ldsm_x4_t(dst, sVs + kk * 16 * D * 2 + (offV ^ ((dp0 + dp) << 5)));
+                    };
+                    load_v(0, bv[0]);
+#pragma unroll
+                    for (int t = 0; t < NS; ++t) {
+                        const int kk = t / NDP, dp = t % NDP;
+                        if (t + 1 < NS) load_v(t + 1, bv[(t + 1) & 1]);
+                        if (dp == 0) {
+                            const uint4 w = lds128(sl + (kk * 32 + lane) * 16);
+                            pa[0] = w.x;
+                            pa[1] = w.y;
+                            pa[2] = w.z;
+                            pa[3] = w.w;
+                        }
+                        Ty<T>::mma(oacc[0][2 * dp], pa, bv[t & 1][0], bv[t & 1][1]);
+                        Ty<T>::mma(oacc[0][2 * dp + 1], pa, bv[t & 1][2], bv[t & 1][3]);
+                    }
+                }
+            }
+        }
     } else {
         for (int j = j0; j < jend; ++j) {
             cp_async_wait<PIPE ? STAGES - 3 : STAGES - 2>();
@@ -1108,33 +1364,13 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 }
             }
 
-            // Decode, whole: at a chunk boundary with more tiles to come, the chunk's partial (m,
-            // quad-summed l, O) becomes the state (first chunk) or is folded into it (§9 step 2, the
-            // same operations as tc_merge), and the row state restarts.
+            // Decode, whole: at a chunk boundary with more tiles to come, the chunk's partial
+            // becomes the state or is folded into it, and the row state restarts.
             if constexpr (DEC) {
                 if (whole && j + 1 < jend && (j + 1) % CT == 0) {
-                    const bool first = j + 1 == CT;
+                    fold_chunk(j + 1 == CT);
 #pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        float l = lrow[0][hf];
-                        l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
-                        l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
-                        const float m = mrow[0][hf];
-                        float a = 0.f, bw = 1.f;
-                        if (!first) fold_weights(sM[hf], m, row_sl2(0, hf), a, bw);
-                        sL[hf] = first ? l : fold(sL[hf], a, l, bw);
-                        sM[hf] = first ? m : fmaxf(sM[hf], m);
-#pragma unroll
-                        for (int dn = 0; dn < ND; ++dn)
-#pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                float& x = oacc[0][dn][hf * 2 + e];
-                                sO[dn][hf * 2 + e] = first ? x : fold(sO[dn][hf * 2 + e], a, x, bw);
-                                x = 0.f;
-                            }
-                        mrow[0][hf] = TC_NEG_INF;
-                        lrow[0][hf] = 0.f;
-                    }
+                    for (int hf = 0; hf < 2; ++hf) mrow[0][hf] = TC_NEG_INF;
                 }
             }
         }
@@ -1165,10 +1401,14 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         const int nte = ende > 0 ? (ende + BN - 1) / BN : 0;
         more = (A.chunk + 1) * CT < nte;
     }
+    // WS: the rows' state and O are the O warps' (2 and 3); the score warps only join the barriers
+    // (the warp index through a shuffle, as in the loop: the quad sums below stay convergent).
+    const bool o_warp = !C::WS || __shfl_sync(0xffffffffu, warp, 0) >= 2;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
+            if (!o_warp) continue;
             float l = lrow[mt][hf];
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
             l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
@@ -1213,7 +1453,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 for (int dn = 0; dn < ND; ++dn)
                     *reinterpret_cast<float2*>(rec + (dp0 * 2 + dn) * 8 + (lane & 3) * 2) =
                         make_float2(oacc[mt][dn][hf * 2], oacc[mt][dn][hf * 2 + 1]);
-                if (warp == 0 && (lane & 3) == 0) {
+                if (warp == (C::WS ? 2 : 0) && (lane & 3) == 0) {
                     rec[D] = mrow[mt][hf];
                     rec[D + 1] = l;
                     rec[D + 2] = row_sl2(mt, hf);
@@ -1360,13 +1600,19 @@ TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
 #define TC_DEC_ST_BIG 4
 #define TC_DEC_ST_D64 6
 #endif
+// D 128 on sm_90: six, the WS loop's rings (K and V of six tiles each: 192 KiB, 207 KiB in all).
+#if TC_DEC_WS
+#define TC_DEC_ST_D128 6
+#else
+#define TC_DEC_ST_D128 TC_DEC_ST_BIG
+#endif
 //        prefix  config          D    NW BN          ST             MINB
 TC_DECODE(tc_dec, tc_cfg_dec_d64, 64,  4, TC_BN_D64,  TC_DEC_ST_D64, 2)
-TC_DECODE(tc_dec, tc_cfg_dec_d128, 128, 4, TC_BN_D128, TC_DEC_ST_BIG, 2)
+TC_DECODE(tc_dec, tc_cfg_dec_d128, 128, 4, TC_BN_D128, TC_DEC_ST_D128, 2)
 TC_DECODE(tc_dec, tc_cfg_dec_d256, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
 #if TC_PAGED
 TC_DECODE_PAGED(tc_decp, 64, 4, TC_BN_D64, TC_DEC_ST_D64, 2)
-TC_DECODE_PAGED(tc_decp, 128, 4, TC_BN_D128, TC_DEC_ST_BIG, 2)
+TC_DECODE_PAGED(tc_decp, 128, 4, TC_BN_D128, TC_DEC_ST_D128, 2)
 TC_DECODE_PAGED(tc_decp, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
 #endif
 

@@ -4,7 +4,7 @@
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize decsan tclse tcpaged d7 planted bench quickbench exdec dudect pageddudect tcbench tcdudect kvcache
+#   stages: info selftest tests sanitize decsan tcdecsan tclse tcpaged d7 planted bench quickbench exdec dudect pageddudect tcbench tcdudect kvcache
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -149,6 +149,20 @@ for s in "${STAGES[@]}"; do
         "--dtype f16 --batch 3 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 2000 --head-dim 80 --kv-lens 2000,0,1999"
       )
       sanitize_all decsan 120 ;;
+    tcdecsan)
+      # compute-sanitizer's four tools on the TensorCore decode kernels (on sm_90 the warp-specialised
+      # loop: rounds of two tiles, K and V rings): a split decode of 16 rows a KV head with key
+      # lengths, a mask and Propagate; speculative rows under top-left causal at D 64; a decode that
+      # folds three chunks in one block (B·Hkv = 256); a tile count of three with a tile crossing the
+      # key length, bshd; a single tile.
+      P=(
+        "--path tensorcore --dtype bf16 --batch 2 --q-heads 16 --kv-heads 1 --q-len 1 --kv-len 4500 --head-dim 128 --kv-lens 4500,2049 --mask full --nonfinite propagate"
+        "--path tensorcore --dtype f16 --batch 1 --q-heads 4 --kv-heads 1 --q-len 2 --kv-len 2100 --head-dim 64 --causal --causal-align top-left"
+        "--path tensorcore --dtype f16 --batch 128 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 4300 --head-dim 128"
+        "--path tensorcore --dtype bf16 --batch 2 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 150 --head-dim 64 --kv-lens 150,129 --layout bshd"
+        "--path tensorcore --dtype bf16 --batch 1 --q-heads 4 --kv-heads 4 --q-len 1 --kv-len 40 --head-dim 128"
+      )
+      sanitize_all tcdecsan 120 ;;
     tclse)
       # compute-sanitizer's four tools on the TensorCore kernels writing the log-sum-exp: a split
       # decode and its merge under Propagate (poison), with a batch element without keys; a
@@ -222,7 +236,10 @@ for s in "${STAGES[@]}"; do
       # pages through the block table (4200 keys: the split and tc_merge) with one and with 16
       # query rows per KV head, the Exact path (which gathers), and the TensorCore planted leak
       # seen through the paged kernels (16 rows: with one, the skipped MMAs are too small a part
-      # of a load-bound call for the harness to see, t = -3 on 2026-11-26).
+      # of a load-bound call for the harness to see, t = -3 on 2026-11-26). On sm_90 the decode is
+      # warp-specialised and the O warps' time is hidden behind the score warps': the planted P·V
+      # and rescale skips were not seen there (2026-11-27 05:48 UTC), hence plant_tc_leak.py's
+      # shortcut in the softmax (the score warps' work).
       for q in 1 16; do
         stage pageddudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
           --head-dim 128 --q-len $q --kv-len 4200 --heads 8 --page-size 16 --n 10000 \

@@ -322,8 +322,6 @@ __device__ __forceinline__ uint32_t toff(int r, int c) {
 // Copy rows [row0, row0 + ROWS) of a tensor into a swizzled shared tile with 16-byte cp.async; row i
 // starts at row_ptr(i). Rows at or past `limit` are filled with zeros (decided by position only) and
 // nothing is read for them.
-template <int D, int ROWS, bool PANEL>
-__device__ __forceinline__ uint32_t toff(int r, int c);
 template <int D, int ROWS, int NT, typename T, typename RowPtr, bool PANEL = false>
 __device__ __forceinline__ void load_rows(uint32_t s_base, RowPtr row_ptr, int row0, int limit, int tid) {
     constexpr int CH = D / 8;
@@ -600,6 +598,22 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     const int jend = whole ? ntiles : min(ntiles, j0 + CT);
     if (chunk > 0 && j0 >= ntiles) return;
 
+    // K (or V) of tile j into its stage j % STAGES: a tile wholly before L (decode, contiguous) by
+    // load_rows_full, else by load_rows (clamped rows, zero fill). WS issues K and V on their own
+    // schedules; the other loops take both at once (load_kv).
+    auto load_tile = [&](int j, bool isk) {
+        const uint32_t dst = (isk ? sK : sV) + (j % STAGES) * BN * D * 2;
+        if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
+            load_rows_full<D, BN, NT, T, C::WG>(dst, isk ? k_row(j * BN) : v_row(j * BN), isk ? A.k_ss : A.v_ss, tid);
+            return;
+        }
+        if (isk) load_rows<D, BN, NT, T, decltype(k_row), C::WG>(dst, k_row, j * BN, L, tid);
+        else load_rows<D, BN, NT, T, decltype(v_row), C::WG>(dst, v_row, j * BN, L, tid);
+    };
+    auto load_k = [&](int j) { load_tile(j, true); };
+    auto load_v = [&](int j) { load_tile(j, false); };
+    // Both at once, for the other loops (as load_k then load_v, ptxas scheduled the D 256 decode
+    // kernels differently: kept as measured).
     auto load_kv = [&](int j) {
         const int st = j % STAGES;
         if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
@@ -609,23 +623,6 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         }
         load_rows<D, BN, NT, T, decltype(k_row), C::WG>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
         load_rows<D, BN, NT, T, decltype(v_row), C::WG>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
-    };
-    // WS: K and V of a tile on their own schedules (each into its ring's slot j % STAGES).
-    auto load_k = [&](int j) {
-        const int st = j % STAGES;
-        if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
-            load_rows_full<D, BN, NT, T>(sK + st * BN * D * 2, k_row(j * BN), A.k_ss, tid);
-            return;
-        }
-        load_rows<D, BN, NT, T, decltype(k_row)>(sK + st * BN * D * 2, k_row, j * BN, L, tid);
-    };
-    auto load_v = [&](int j) {
-        const int st = j % STAGES;
-        if (DEC && !PAGED && (j + 1) * BN <= L) {  // by position
-            load_rows_full<D, BN, NT, T>(sV + st * BN * D * 2, v_row(j * BN), A.v_ss, tid);
-            return;
-        }
-        load_rows<D, BN, NT, T, decltype(v_row)>(sV + st * BN * D * 2, v_row, j * BN, L, tid);
     };
     // WS: K and V as two streams of tiles j0, j0 + 1, ... in order, each into its ring's slot
     // j % STAGES, issued L = 2 rounds (of two tiles) before their use: the prologue issues K of tiles
@@ -951,8 +948,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
 
     // Online softmax of one tile's scores (in place: P). Every row: the same max over its values (own
     // columns in increasing order, then quad butterfly xor 1, xor 2), the same rescale (always
-    // applied), the same partial sums. The rescale of O by corr: here, or (WG, whose O is still being
-    // written by the previous tile's P·V) left in `corr` for `rescale` once that P·V is done.
+    // applied), the same partial sums. The rescale of O by corr: here, or left in `corr` for
+    // `rescale` (WG, whose O is still being written by the previous tile's P·V; WS, whose O is the
+    // other warps').
     auto softmax_tile = [&](float (&sacc)[MT][NB][4], bool need_mask, float (&corr_out)[MT][2]) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -1020,7 +1018,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             }
     };
 
-    // WG: O rescaled by the factors softmax_tile left in corr.
+    // WG, WS: O rescaled by the factors softmax_tile left in corr.
     auto rescale = [&](const float (&corr)[MT][2]) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)

@@ -239,7 +239,7 @@ for s in "${STAGES[@]}"; do
       # of a load-bound call for the harness to see, t = -3 on 2026-11-26). On sm_90 the decode is
       # warp-specialised and the O warps' time is hidden behind the score warps': the planted P·V
       # and rescale skips were not seen there (2026-11-27 05:48 UTC), hence plant_tc_leak.py's
-      # shortcut in the softmax (the score warps' work).
+      # shortcut in the softmax (the score warps' work), seen at |t| 72 (06:58 UTC).
       for q in 1 16; do
         stage pageddudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
           --head-dim 128 --q-len $q --kv-len 4200 --heads 8 --page-size 16 --n 10000 \

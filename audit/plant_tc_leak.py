@@ -68,15 +68,22 @@ PLANTS = [
         "            oacc[mt][dn][hf * 2] = __fmul_rn(oacc[mt][dn][hf * 2], corr);",
     ),
     (  # the sm_90 D = 64 and 128 prefill kernels (wgmma, their own loop): a tile's P·V skipped when
-       # every weight of the block's tile is zero (block-uniform, as wgmma needs: every warp of a
-       # warpgroup must issue it or none)
+       # every weight of the warpgroup's tile is zero (warpgroup-uniform, as wgmma needs: every warp
+       # of a warpgroup must issue it or none). The OR is over the warpgroup's 128 threads (named
+       # barrier 4 + warpgroup), not the block: in the TMA kernels the producer warpgroup never joins
+       # a block barrier in the loop, and the consumer warpgroups hold their turns there (a
+       # __syncthreads_or here hung them on 2026-11-27).
         "            wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);\n",
         "            bool planted_any = false;  // PLANTED LEAK\n"
         "#pragma unroll\n"
         "            for (int nb = 0; nb < NB; ++nb)\n"
         "#pragma unroll\n"
         "                for (int e = 0; e < 4; ++e) planted_any |= (sacc[0][nb][e] != 0.f);\n"
-        "            if (__syncthreads_or(planted_any))  // PLANTED LEAK\n"
+        "            unsigned planted_or;  // PLANTED LEAK\n"
+        "            asm volatile(\"{\\n.reg .pred p, q;\\nsetp.ne.u32 q, %1, 0;\\n\"\n"
+        "                         \"barrier.cta.red.or.pred p, %2, 128, q;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
+        "                         : \"=r\"(planted_or) : \"r\"((unsigned)planted_any), \"r\"(4 + (warp >> 2)) : \"memory\");\n"
+        "            if (planted_or)  // PLANTED LEAK\n"
         "                wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);\n",
     ),
     (  # the sm_90 D = 64 and 128 decode kernels (warp-specialised, their own P·V in the O warps): a

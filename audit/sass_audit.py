@@ -59,7 +59,15 @@ MEMORY = (GLOBAL_LOADS | SHARED_LOADS | LOCAL_LOADS | STORES_GLOBAL | STORES_SHA
           | GLOBAL_TO_SHARED | {"LDC", "ULDC", "LDCU", "CCTL", "CCTLL", "ATOMS"})
 NO_REG_DEST = (STORES_GLOBAL | STORES_SHARED | STORES_LOCAL | GLOBAL_TO_SHARED | CONTROL
                | {"MEMBAR", "FENCE", "DEPBAR", "LDGDEPBAR", "ERRBAR", "CCTL", "CCTLL", "NOP", "ARRIVES",
-                  "SYNCS", "UTMACCTL", "UTMACMDFLUSH"})
+                  "UTMACCTL", "UTMACMDFLUSH"})
+# mbarrier operations (sm_90): SYNCS.EXCH (init), SYNCS.ARRIVE.* (arrive, expect-tx), and
+# `SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [addr], Rphase`, whose predicate says whether the phase has
+# completed: a value of timing, never of data, unless the address, the phase or the arrivals and
+# byte counts that complete it are. So a SYNCS's first operand is its destination (P0; RZ or URZ for
+# the others), its value is the taint of its operands, and every operand must be public (rule
+# taint-barrier): then a wait loop's branch on P0 is public, and a wait whose phase, barrier or
+# expected bytes came from a secret fails.
+SYNC_BARRIER = {"SYNCS"}
 # Compare-like instructions write exactly two predicates (P0, PT) first; the rest are sources.
 TWO_PRED_DEST = {"ISETP", "FSETP", "DSETP", "HSETP2", "PSETP", "PLOP3", "UISETP", "UPSETP", "UPLOP3"}
 # Values that come from no data: special registers, constant bank (kernel parameters), clocks.
@@ -923,6 +931,15 @@ class KernelAnalysis:
                 if v[0] is not None:
                     out.append((ins, "taint-branch", f"operand {name} is secret-dependent, from {self.why(v)}"
                                 + self.definer(i, name)))
+        elif b in SYNC_BARRIER:
+            for name, w in srcs + addr:
+                v = self.val(st, name, w, guard)
+                if v[0] is not None:
+                    out.append((ins, "taint-barrier", f"mbarrier operand {name} is secret-dependent, from {self.why(v)}"
+                                + self.definer(i, name)))
+            if guard_v[0] is not None:
+                out.append((ins, "taint-barrier", f"mbarrier operation predicated on secret-dependent {gname}, from "
+                            f"{self.why(guard_v)}" + self.definer(i, guard[0])))
         elif b in MEMORY or addr:
             if guard_v[0] is not None:
                 out.append((ins, "taint-memory-guard",

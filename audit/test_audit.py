@@ -72,9 +72,10 @@ def audit_fault(stem, arch, *extra):
 class PlantedFaults(unittest.TestCase):
     """Each fault fails, on every architecture, with the rule that names what was planted."""
 
-    def expect(self, stem, wanted):
-        """wanted: [(rule regex, instruction regex)]; each must match at least one violation."""
-        for arch in build.ARCHS:
+    def expect(self, stem, wanted, archs=None):
+        """wanted: [(rule regex, instruction regex)]; each must match at least one violation, on every
+        architecture of `archs` (default: all)."""
+        for arch in archs or build.ARCHS:
             with self.subTest(arch=arch):
                 rc, out, viols = audit_fault(stem, arch)
                 self.assertEqual(rc, 1, out)
@@ -94,6 +95,13 @@ class PlantedFaults(unittest.TestCase):
 
     def test_data_dependent_branch(self):
         self.expect("branch", [("taint-branch", r"@!?P\d BRA ")])
+
+    def test_data_dependent_wait(self):
+        # The TMA kernels' mbarrier waits (sm_90 and later): a phase from a secret fails on the phase
+        # test itself (taint-barrier) and on the loop's branch.
+        archs = [a for a in build.ARCHS if int(a.split("_")[1]) >= 90]
+        self.assertTrue(archs)
+        self.expect("wait", [("taint-barrier", r"SYNCS\.PHASECHK"), ("taint-branch", r"@!?P\d BRA ")], archs)
 
     def test_atomic(self):
         self.expect("atomic", [(r"exact\.forbid\.(RED|REDG|ATOM|ATOMG)", r"(RED|REDG|ATOM|ATOMG)\.")])

@@ -321,21 +321,28 @@ __device__ __forceinline__ uint32_t toff(int r, int c) {
 
 // Copy rows [row0, row0 + ROWS) of a tensor into a swizzled shared tile with 16-byte cp.async; row i
 // starts at row_ptr(i). Rows at or past `limit` are filled with zeros (decided by position only) and
-// nothing is read for them.
-template <int D, int ROWS, int NT, typename T, typename RowPtr, bool PANEL = false>
+// nothing is read for them. ROLLED: a loop, not unrolled (the TMA producer warp, which has 40
+// registers: unrolled, its 32 copies a thread spilled).
+template <int D, int ROWS, int NT, typename T, typename RowPtr, bool PANEL = false, bool ROLLED = false>
 __device__ __forceinline__ void load_rows(uint32_t s_base, RowPtr row_ptr, int row0, int limit, int tid) {
     constexpr int CH = D / 8;
     static_assert(NT % CH == 0, "a thread keeps one chunk column");
     constexpr int RSTEP = NT / CH;  // rows between a thread's successive copies
     const int r0 = tid / CH, c = tid % CH;
-#pragma unroll
-    for (int it = 0; it < ROWS / RSTEP; ++it) {
+    auto copy = [&](int it) {
         const int r = r0 + it * RSTEP;
         const bool ok = row0 + r < limit;
         // Rows past the limit read nothing (src-size 0); their address is clamped to the last valid
         // row (limit >= 1 whenever this runs) so that no address past the tensor is ever formed.
         const T* src = row_ptr(min(row0 + r, limit - 1)) + c * 8;
         cp_async16(s_base + toff<D, ROWS, PANEL>(r, c), src, ok ? 16 : 0);
+    };
+    if constexpr (ROLLED) {
+#pragma unroll 1
+        for (int it = 0; it < ROWS / RSTEP; ++it) copy(it);
+    } else {
+#pragma unroll
+        for (int it = 0; it < ROWS / RSTEP; ++it) copy(it);
     }
 }
 
@@ -406,6 +413,84 @@ __device__ __forceinline__ void wg_keep(float (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The TMA prefill kernels (tc_fwdt_*, sm_90a; Cfg::TMA): a producer warp moves the K and V tiles by
+// the tensor-memory accelerator into a ring of stages, each stage with a "full" mbarrier for K, one
+// for V and an "empty" one the consumer warps arrive on when they are done with it. Every wait is on
+// a barrier and a phase that the tile's position fixes; the time a wait takes depends on the copies
+// and on the other warps, never on a value. A tensor map (CUtensorMap, 128 opaque bytes made by
+// cuTensorMapEncodeTiled on the host) travels by value as a __grid_constant__ parameter.
+struct __align__(64) TmaMap {
+    unsigned long long w[16];
+};
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+#if TC_WGMMA
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// One arrival that also expects `bytes` of transactions (the TMA copies that complete on it).
+__device__ __forceinline__ void mbar_expect(uint32_t bar, int bytes) {
+#if TC_WGMMA
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Until phase `parity` of the barrier has completed (try_wait suspends the thread for a while
+// between polls; the loop is the architecture's way to wait, its trip count is timing only).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred P1;\n"
+        "WAIT_AGAIN:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@!P1 bra WAIT_AGAIN;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// Box (64 columns, BN rows) of a [B][H][S][D] tensor at (column c, row r, head h, batch b) into
+// shared memory at dst in the 128-byte swizzle (the PANEL layout of toff), completing on bar.
+__device__ __forceinline__ void tma_load(uint32_t dst, const TmaMap* map, int c, int r, int h, int b, uint32_t bar) {
+#if TC_WGMMA
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+        "%5}], [%6];\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c), "r"(r), "r"(h), "r"(b), "r"(bar)
+        : "memory");
+#endif
+}
+// A warpgroup's register budget (setmaxnreg: the producer gives registers up, the consumers take them).
+template <int N>
+__device__ __forceinline__ void regs_down() {
+#if TC_WGMMA
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void regs_up() {
+#if TC_WGMMA
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+// The consumer warps' own barrier (named barrier 1): the producer warpgroup never joins it.
+template <int N>
+__device__ __forceinline__ void bar_consumers() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(N) : "memory");
+}
+// Named barrier `id` of N threads: wait there (sync) or only count this warp in (arrive).
+template <int N>
+__device__ __forceinline__ void bar_sync_id(int id) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bar_arrive_id(int id) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(N) : "memory");
+}
+
 // 2^k as an f32, for k in [-126, 127] (exponent field built with integer ops).
 __device__ __forceinline__ float pow2(int k) { return __int_as_float((k + 127) << 23); }
 
@@ -473,9 +558,9 @@ __device__ __forceinline__ void scale_q_rows(uint32_t sQ, uint32_t srow, float s
 
 // D head dim; MT m16 tiles per warp (rows per warp = 16 * MT); NW warps; BN keys per KV tile;
 // STAGES cp.async stages of (K, V); QREG keeps the Q fragments in registers for the whole loop.
-template <int D, int MT, int NW, int BN, int STAGES, bool QREG, bool DEC = false>
+template <int D, int MT, int NW, int BN, int STAGES, bool QREG, bool DEC = false, bool TMA_ = false>
 struct Cfg {
-    static constexpr int NT = NW * 32;
+    static constexpr int NT = NW * 32;  // the threads that compute (TMA: the producer warpgroup besides)
     static constexpr int BM = DEC ? 16 : NW * MT * 16;
     static constexpr int CH = D / 8;
     // Decode with three or more stages computes each tile's scores one tile ahead (PIPE, in tc::fwd);
@@ -489,6 +574,12 @@ struct Cfg {
     // sm_90a prefill at D = 64 and 128: both GEMMs on wgmma, two warpgroups of 64 rows (the primitives above).
     static constexpr bool WG = TC_WGMMA && !DEC && (D == 128 || D == 64);
     static_assert(!WG || (MT == 1 && NW == 8 && BN == 64 && QREG), "wgmma: a warp per m16 tile, Q in registers");
+    // The TMA prefill (tc_fwdt_*): the WG loop fed by a producer warpgroup (warps NW .. NW + 3) through
+    // mbarriers instead of every thread's cp.async; three barriers of 8 bytes per stage.
+    static constexpr bool TMA = TMA_ && WG;
+    static_assert(!TMA_ || TMA, "TMA: the wgmma prefill only");
+    static constexpr int NTL = TMA ? NT + 128 : NT;  // threads a block is launched with
+    static constexpr int BARS = TMA ? 3 * STAGES * 8 : 0;
     static constexpr bool SPLIT = PIPE && (BN / 8) % (2 * NW) == 0;
     // WS: four tile slots, each the tile's published weights P (A fragments: BN / 16 k-steps x 32
     // lanes x 16 bytes), then per lane its two rows' corr and rs (16 bytes) and m (8 bytes); after
@@ -498,7 +589,7 @@ struct Cfg {
     static_assert(!WS || (STAGES == 6 && BN == 64), "WS: K and V rings of 2 (L + 1) tiles, L = 2");
     // Q tile, K and V stages (2-byte elements), one f32 per query row (sl2 · 2^sh, bf16 only), the
     // shared scores (SPLIT).
-    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF + (WG ? 1024 : 0);
+    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF + BARS + (WG ? 1024 : 0);
     static_assert(D % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile shape");
     static_assert(!DEC || (MT == 1 && (D / 16) % NW == 0), "decode: one m16 tile, warps split D");
     static_assert((BM * CH) % NT == 0 && (BN * CH) % NT == 0, "copy loop must divide evenly");
@@ -511,8 +602,10 @@ struct Cfg {
 #endif
 
 // PAGED (decode only): K and V are a paged cache read through TcArgs::table (the tc_decp_* kernels).
-template <typename T, int D, int MT, int NW, int BN, int STAGES, bool QREG, bool CAUSAL, bool DEC, bool PAGED>
-__device__ __forceinline__ void fwd(const TcArgs& A) {
+// TMA_ (tc_fwdt_*): K and V come through the tensor maps tk and tv (Cfg::TMA).
+template <typename T, int D, int MT, int NW, int BN, int STAGES, bool QREG, bool CAUSAL, bool DEC, bool PAGED,
+          bool TMA_ = false>
+__device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr, const TmaMap* tv = nullptr) {
     static_assert(DEC || !PAGED, "paged caches are read by the decode kernels only");
     const T* __restrict__ q = static_cast<const T*>(A.q);
     const T* __restrict__ k = static_cast<const T*>(A.k);
@@ -523,7 +616,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     const int Hq = A.Hq, Hkv = A.Hkv, Sq = A.Sq, Skv = A.Skv;
     const long long msb = A.msb, msh = A.msh, msq = A.msq;
     const float scale = A.scale;
-    using C = Cfg<D, MT, NW, BN, STAGES, QREG, DEC>;
+    using C = Cfg<D, MT, NW, BN, STAGES, QREG, DEC, TMA_>;
     constexpr int NT = C::NT, BM = C::BM, CH = C::CH;
     constexpr int NB = BN / 8;                    // n8 tiles of S per KV tile
     constexpr int NCW = C::WS ? 2 : NW;            // decode: warps that hold O columns
@@ -672,13 +765,84 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         cp_async_commit();
     };
 
+    // The computing threads' barrier: TMA, the named barrier of the consumer warps; else the block's.
+    auto csync = [&]() {
+        if constexpr (C::TMA) bar_consumers<NT>();
+        else __syncthreads();
+    };
+    // TMA: the stages' barriers after the row scales (full K, full V, empty; tile n of the block's
+    // range, n = j - j0, uses stage n % STAGES in its use n / STAGES, whose phase parity is that use's
+    // parity). The producer warp (warp NW) waits for a stage to be empty, then moves the tile's K and V
+    // into it: a tile wholly before L by two (D 64: one) TMA boxes each, completing on the full
+    // barriers with their byte counts; the tile that crosses L by the warp's own cp.async with the zero
+    // fill of load_rows, awaited, fenced for the async proxy (wgmma's reads) and then announced by an
+    // arrival. A consumer warp waits on the full barriers before its wgmma reads a tile and arrives
+    // on the empty one when its last read of the stage (tile j's P·V) has completed.
+    const uint32_t sBar = sRow + BM * 4;
+    auto bar_fk = [&](int st) -> uint32_t { return sBar + st * 8; };
+    auto bar_fv = [&](int st) -> uint32_t { return sBar + (STAGES + st) * 8; };
+    auto bar_em = [&](int st) -> uint32_t { return sBar + (2 * STAGES + st) * 8; };
+    if constexpr (C::TMA) {
+        static_assert(CT % STAGES == 0, "a chunk's first tile takes stage 0");
+        if (tid == 0) {
+#pragma unroll
+            for (int st = 0; st < STAGES; ++st) {
+                mbar_init(bar_fk(st), 1);
+                mbar_init(bar_fv(st), 1);
+                mbar_init(bar_em(st), NW);
+            }
+            mbar_init_fence();
+        }
+        __syncthreads();  // the barriers, initialised for every thread (the last barrier of all NTL)
+        if (warp >= NW) {  // the producer warpgroup (public: the thread index)
+            regs_down<40>();
+            if (warp == NW) {
+                const int ntl = jend - j0;
+#pragma unroll 1
+                for (int n = 0; n < ntl; ++n) {
+                    const int st = n % STAGES, j = j0 + n;
+                    if (n >= STAGES) mbar_wait(bar_em(st), ((n / STAGES) + 1) & 1);
+                    const uint32_t dk = sK + st * BN * D * 2, dv = sV + st * BN * D * 2;
+                    if ((j + 1) * BN <= L) {  // by position
+                        if (lane == 0) {
+                            mbar_expect(bar_fk(st), BN * D * 2);
+#pragma unroll
+                            for (int pn = 0; pn < D / 64; ++pn)
+                                tma_load(dk + pn * BN * 128, tk, pn * 64, j * BN, hk, b, bar_fk(st));
+                            mbar_expect(bar_fv(st), BN * D * 2);
+#pragma unroll
+                            for (int pn = 0; pn < D / 64; ++pn)
+                                tma_load(dv + pn * BN * 128, tv, pn * 64, j * BN, hk, b, bar_fv(st));
+                        }
+                    } else {
+                        load_rows<D, BN, 32, T, decltype(k_row), true, true>(dk, k_row, j * BN, L, lane);
+                        load_rows<D, BN, 32, T, decltype(v_row), true, true>(dv, v_row, j * BN, L, lane);
+                        cp_async_commit();
+                        cp_async_wait<0>();
+                        wg_proxy_fence();
+                        __syncwarp();
+                        if (lane == 0) {
+                            mbar_arrive(bar_fk(st));
+                            mbar_arrive(bar_fv(st));
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        regs_up<232>();
+    }
+
     load_rows<D, BM, NT, T>(sQ, q_row, q0, nrows, tid);
     // bf16: Q in a commit group of its own, so that it can be scaled before the loop (below) while the
     // first K/V tiles are still in flight. The loop's wait count is the same either way: the extra
     // group is the oldest and is complete by then.
-    if (Ty<T>::SCALE_Q) cp_async_commit();
-    constexpr int PRO = C::WS ? 1 + WSL : STAGES - 1;  // commit groups after Q's
-    if constexpr (C::WS) {
+    // TMA: Q is the only cp.async group of the computing threads, so it is committed whatever T.
+    if (Ty<T>::SCALE_Q || C::TMA) cp_async_commit();
+    constexpr int PRO = C::TMA ? 0 : C::WS ? 1 + WSL : STAGES - 1;  // commit groups after Q's
+    if constexpr (C::TMA) {
+        // nothing to issue: the producer warp moves K and V
+    } else if constexpr (C::WS) {
         ws_next(wks, true);
         ws_next(wks, true);
         cp_async_commit();
@@ -700,7 +864,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         // Step 0 (bf16): scale the Q rows once, outside the loop (nothing of the loop's state is live
         // yet). The loop's first barrier orders these shared-memory writes before any Q fragment read.
         cp_async_wait<PRO>();  // the Q group (the oldest) landed for this thread
-        __syncthreads();              // ... and for every thread
+        csync();                      // ... and for every thread
         scale_q_rows<D, BM, NT>(sQ, sRow, sl2, tid);
     }
 
@@ -1097,21 +1261,45 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
         float(&oa)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
         float(&na)[32] = reinterpret_cast<float(&)[32]>(sn[0]);
         if (j0 < jend) {
-            cp_async_wait<STAGES - 2>();
-            wg_proxy_fence();  // this thread's copies of tile j0, visible to wgmma's reads
-            __syncthreads();   // ... and everyone's (and, bf16, the scaled Q rows)
+            if constexpr (C::TMA) {
+                cp_async_wait<0>();  // the Q rows
+                csync();             // ... everyone's (and, bf16, scaled)
+                mbar_wait(bar_fk(0), 0);
+            } else {
+                cp_async_wait<STAGES - 2>();
+                wg_proxy_fence();  // this thread's copies of tile j0, visible to wgmma's reads
+                __syncthreads();   // ... and everyone's (and, bf16, the scaled Q rows)
+            }
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[0][kk], sQ + (offQ ^ (kk << 5)));
             scores(sK + (j0 % STAGES) * BN * D * 2, sacc, 0);
             softmax_tile(sacc, mask_tile(j0, sacc), corr);
             rescale(corr);
         }
+        // PP (TMA, not causal): the two warpgroups take turns issuing their GEMMs (named barriers 2
+        // and 3), so that one's softmax runs while the other's S and P·V occupy the tensor cores.
+        // Warpgroup 1 lets warpgroup 0 go first; each passes the turn on after issuing, but for
+        // warpgroup 1's last, which nobody would wait for. Positions only; no bit moves (the order
+        // in which warpgroups issue is not arithmetic). Measured (H100, docs/perf.md): W2 -6.5 %,
+        // but the causal workloads 1-4 % slower (likely, not measured: their diagonal tiles give the
+        // two warpgroups unequal work, which strict turns serialise), so causal kernels do not.
+        constexpr bool PP = C::TMA && !CAUSAL;
+        const int wgi = PP ? __shfl_sync(0xffffffffu, warp, 0) >> 2 : 0;
+        if constexpr (PP) {
+            if (wgi == 1 && j0 + 1 < jend) bar_arrive_id<NT>(2);
+        }
         for (int j = j0; j + 1 < jend; ++j) {
-            cp_async_wait<STAGES - 3>();
-            wg_proxy_fence();
-            __syncthreads();  // tile j + 1 landed for everyone; stage (j - 1) % STAGES is free again
-            if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
-            cp_async_commit();
+            if constexpr (C::TMA) {
+                const int n = j - j0;
+                mbar_wait(bar_fk((n + 1) % STAGES), ((n + 1) / STAGES) & 1);
+                mbar_wait(bar_fv(n % STAGES), (n / STAGES) & 1);
+            } else {
+                cp_async_wait<STAGES - 3>();
+                wg_proxy_fence();
+                __syncthreads();  // tile j + 1 landed for everyone; stage (j - 1) % STAGES is free again
+                if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
+                cp_async_commit();
+            }
             pack_p(sacc, pa);
 #pragma unroll
             for (int nb = 0; nb < NB; ++nb)
@@ -1119,16 +1307,24 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 for (int e = 0; e < 4; ++e) sn[0][nb][e] = 0.f;
             wg_keep(na);
             wg_keep(oa);
+            if constexpr (PP) bar_sync_id<NT>(2 + wgi);  // this warpgroup's turn
             wg_fence();
             wg_issue_s(sK + ((j + 1) % STAGES) * BN * D * 2, na);
             wg_commit();
             wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);
             wg_commit();
+            if constexpr (PP) {
+                if (wgi == 0 || j + 2 < jend) bar_arrive_id<NT>(3 - wgi);  // the other's turn
+            }
             wg_wait<1>();  // S of tile j + 1
             wg_keep(na);
             softmax_tile(sn, mask_tile(j + 1, sn), corr);
             wg_wait<0>();  // P·V of tile j
             wg_keep(oa);
+            if constexpr (C::TMA) {  // this warp's reads of tile j's stage are done
+                __syncwarp();
+                if (lane == 0) mbar_arrive(bar_em((j - j0) % STAGES));
+            }
             rescale(corr);
 #pragma unroll
             for (int nb = 0; nb < NB; ++nb)
@@ -1136,6 +1332,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
                 for (int e = 0; e < 4; ++e) sacc[0][nb][e] = sn[0][nb][e];
         }
         if (j0 < jend) {  // the last tile's P·V (its V landed with the last iteration's wait)
+            if constexpr (C::TMA) mbar_wait(bar_fv((jend - 1 - j0) % STAGES), ((jend - 1 - j0) / STAGES) & 1);
             pack_p(sacc, pa);
             wg_keep(oa);
             wg_fence();
@@ -1375,7 +1572,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
     }
 
     cp_async_wait<0>();
-    __syncthreads();  // every warp is done with shared memory: the Q area becomes the output staging
+    csync();  // every warp is done with shared memory: the Q area becomes the output staging
 
     // Epilogue: row sum = (l0 + l1) + (l2 + l3) over the quad (same value in all four lanes), then
     // O * (1 / l) with one MUFU.RCP. A row that sees a key has l >= 2^(BIAS - 1) (its max contributes
@@ -1486,7 +1683,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A) {
             }
         }
     if ((DEC && gridDim.x > 1) || more) return;  // not the output (yet)
-    __syncthreads();
+    csync();
     // The block's output rows, recomputed from fresh reads of %ctaid rather than kept in registers
     // through the loop (the D = 128 kernels have none to spare; this only runs once).
     uint32_t bx, by, bz;
@@ -1522,27 +1719,46 @@ using tc::uint32_t;
 
 // The parameters one by one, not one struct: ptxas keeps `__restrict__` on kernel parameters, and
 // with it the D = 128 kernels fit in 255 registers (passed as one struct they spilled 8 bytes).
+// TC_PARAMS lists them, TC_ARGS gathers them into the TcArgs `A` that tc::fwd takes.
+#define TC_PARAMS                                                                                       \
+    const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v, void* __restrict__ o, \
+        const int* __restrict__ kv_lens, const unsigned char* __restrict__ mask, long long q_bs, long long q_hs, \
+        long long k_bs, long long k_hs, long long v_bs, long long v_hs, long long o_bs, long long o_hs,      \
+        long long msb, long long msh, long long msq, int q_ss, int k_ss, int v_ss, int o_ss, int B, int Hq,  \
+        int Hkv, int Sq, int Skv, float scale, int top_left, float* __restrict__ part, int chunk,             \
+        float* __restrict__ lse, long long lse_bs, long long lse_hs, const int* __restrict__ table,           \
+        int page_shift, int max_pages
+#define TC_ARGS                                                                                         \
+    const TcArgs A{q,    k,    v,    o,    kv_lens, mask, q_bs, q_hs, k_bs,  k_hs,    v_bs, v_hs,          \
+                   o_bs, o_hs, msb,  msh,  msq,     q_ss, k_ss, v_ss, o_ss,  B,       Hq,   Hkv,           \
+                   Sq,   Skv,  scale, top_left, part, chunk, lse, lse_bs, lse_hs, table,                     \
+                   page_shift, max_pages}
 #define TC_KERNEL(NAME, T, D, MT, NW, BN, ST, QREG, MINB, CAUSAL, DEC, PAGED)                           \
-    extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                         \
-        NAME(const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v,        \
-             void* __restrict__ o, const int* __restrict__ kv_lens, const unsigned char* __restrict__ mask, \
-             long long q_bs, long long q_hs, long long k_bs, long long k_hs, long long v_bs,            \
-             long long v_hs, long long o_bs, long long o_hs, long long msb, long long msh,              \
-             long long msq, int q_ss, int k_ss, int v_ss, int o_ss, int B, int Hq, int Hkv, int Sq,     \
-             int Skv, float scale, int top_left, float* __restrict__ part, int chunk,                   \
-             float* __restrict__ lse, long long lse_bs, long long lse_hs, const int* __restrict__ table, \
-             int page_shift, int max_pages) {                                                          \
-        const TcArgs A{q,    k,    v,    o,    kv_lens, mask, q_bs, q_hs, k_bs,  k_hs,    v_bs, v_hs,  \
-                       o_bs, o_hs, msb,  msh,  msq,     q_ss, k_ss, v_ss, o_ss,  B,       Hq,   Hkv,   \
-                       Sq,   Skv,  scale, top_left, part, chunk, lse, lse_bs, lse_hs, table,             \
-                       page_shift, max_pages};                                                         \
+    extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(TC_PARAMS) {                       \
+        TC_ARGS;                                                                                        \
         tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC, PAGED>(A);                                     \
     }
+// The TMA prefill kernels (tc_fwdt_*, sm_90a): TC_KERNEL's parameters, then the tensor maps of K and
+// V. Launched with a producer warpgroup besides the NW computing warps, one block per SM (the
+// producer gives up registers to the consumers: 40 + 2 x 232 = 3 x 168).
+#define TC_KERNEL_TMA(NAME, T, D, NW, BN, ST, CAUSAL)                                                   \
+    extern "C" __global__ void __launch_bounds__(NW * 32 + 128, 1)                                      \
+        NAME(TC_PARAMS, const __grid_constant__ tc::TmaMap tk, const __grid_constant__ tc::TmaMap tv) { \
+        TC_ARGS;                                                                                        \
+        tc::fwd<T, D, 1, NW, BN, ST, true, CAUSAL, false, false, true>(A, &tk, &tv);                   \
+    }
+#define TC_FAMILY_TMA(D, BN, ST)                                                                      \
+    TC_CFG_(tc_cfg_tma_d##D, D, 1, 8, BN, ST, true, false, true)                                    \
+    TC_KERNEL_TMA(tc_fwdt_f16_d##D, __half, D, 8, BN, ST, false)                                    \
+    TC_KERNEL_TMA(tc_fwdt_f16_d##D##_causal, __half, D, 8, BN, ST, true)                            \
+    TC_KERNEL_TMA(tc_fwdt_bf16_d##D, __nv_bfloat16, D, 8, BN, ST, false)                            \
+    TC_KERNEL_TMA(tc_fwdt_bf16_d##D##_causal, __nv_bfloat16, D, 8, BN, ST, true)
 
-#define TC_CFG(NAME, D, MT, NW, BN, ST, QREG, DEC)                                                    \
-    extern "C" __constant__ int NAME[4] = {tc::Cfg<D, MT, NW, BN, ST, QREG, DEC>::BM,                 \
-                                           tc::Cfg<D, MT, NW, BN, ST, QREG, DEC>::NT,                 \
-                                           tc::Cfg<D, MT, NW, BN, ST, QREG, DEC>::SMEM, BN};
+#define TC_CFG_(NAME, D, MT, NW, BN, ST, QREG, DEC, TMA)                                               \
+    extern "C" __constant__ int NAME[4] = {tc::Cfg<D, MT, NW, BN, ST, QREG, DEC, TMA>::BM,            \
+                                           tc::Cfg<D, MT, NW, BN, ST, QREG, DEC, TMA>::NTL,           \
+                                           tc::Cfg<D, MT, NW, BN, ST, QREG, DEC, TMA>::SMEM, BN};
+#define TC_CFG(NAME, D, MT, NW, BN, ST, QREG, DEC) TC_CFG_(NAME, D, MT, NW, BN, ST, QREG, DEC, false)
 
 // All four (dtype x causal) kernels of one head-dim configuration. MINB: blocks per SM the register
 // allocation must allow (__launch_bounds__), i.e. a register cap of 65536 / (NW * 32 * MINB).
@@ -1586,6 +1802,12 @@ TC_FAMILY(tc_fwd, tc_cfg_d128,    128, 1,         8, TC_BN_D128, 4, true,  1)
 TC_FAMILY(tc_fwd, tc_cfg_d128,    128, TC_MT_BIG, 4, TC_BN_D128, 2, false, 1)
 #endif
 TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
+// sm_90a: the same D 64 and 128 prefill fed by TMA (tc_fwdt_*); the host takes them where K and V's
+// layout suits a tensor map (src/cuda/tensorcore.rs), tc_fwd_* elsewhere. Same bits.
+#if TC_WGMMA
+TC_FAMILY_TMA(64, TC_BN_D64, 4)
+TC_FAMILY_TMA(128, TC_BN_D128, 4)
+#endif
 // Decode stages (the stage count does not change the bits). Four for the larger tiles where shared
 // memory allows: the pipelined decode loop (tc::fwd, PIPE) needs tile j + 1 resident while it works
 // on tile j, so four keep two tiles in flight (H100: 2-12 % faster than three on small calls, the
@@ -1615,6 +1837,8 @@ TC_DECODE_PAGED(tc_decp, 256, 4, TC_BN_D256, TC_DEC_ST_BIG, 2)
 #endif
 
 extern "C" __constant__ int tc_kchunk[1] = {TC_KCHUNK};
+// Whether the cubin has the tc_fwdt_* kernels (the sm_90a prefill fed by TMA; TC_FAMILY_TMA above).
+extern "C" __constant__ int tc_tma[1] = {TC_WGMMA};
 // Whether the cubin has the tc_decp_* kernels (decode reading a paged cache through its block table,
 // TcArgs::table). Not on Blackwell (sm_100, sm_120): there ptxas spilled the bf16 D = 128 and
 // D = 256 decode kernels with the table's row addressing (8-16 bytes of stack, which the audit

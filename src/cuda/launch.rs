@@ -200,6 +200,52 @@ fn check_params(func: sys::CUfunction, name: &str, params: &[usize]) -> Result<(
     Ok(())
 }
 
+/// A TMA descriptor (`CUtensorMap`, 128 bytes, passed by value as a kernel parameter) of the 4-D
+/// tensor of 2-byte elements (bf16 or f16) at `addr` with `dims` (innermost first) and the byte
+/// `strides` of its outer three dimensions, read in boxes of `boxdim` elements into shared memory
+/// in the 128-byte swizzle; `None` where the driver declines the layout (addresses or strides
+/// that are not multiples of 16 bytes, sizes past its limits) or is older than CUDA 12.0. Only
+/// host memory is touched: the driver encodes the descriptor, no GPU work is queued.
+pub(crate) fn tensor_map_2byte(
+    bf16: bool,
+    addr: u64,
+    dims: [u64; 4],
+    strides: [u64; 3],
+    boxdim: [u32; 4],
+) -> Option<Vec<u8>> {
+    if driver_version().ok()? < 12000 {
+        return None;
+    }
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    let elem = [1u32; 4];
+    let dt = if bf16 {
+        sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+    } else {
+        sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+    };
+    // SAFETY: `map` is a local CUtensorMap the call writes; `dims`, `strides`, `boxdim` and `elem`
+    // are local arrays of the lengths rank 4 asks for (rank - 1 strides); `addr` is only recorded
+    // in the descriptor (the caller's tensor, which outlives the launches that use it).
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            dt,
+            4,
+            addr as usize as *mut c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxdim.as_ptr(),
+            elem.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    (r == sys::CUresult::CUDA_SUCCESS)
+        .then(|| bytemuck::cast_slice::<u64, u8>(&map.opaque).to_vec())
+}
+
 /// The largest grid y and z dimensions.
 pub(crate) const MAX_GRID_YZ: usize = 65535;
 

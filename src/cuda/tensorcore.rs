@@ -29,7 +29,7 @@
 //! copies and writes the canonical NaN over exactly the affected rows. Every launch is the same
 //! whatever the values: only the policy and the shape choose them.
 
-use super::launch::{Kernel, Launch, Module, within_grid_yz};
+use super::launch::{Kernel, Launch, Module, tensor_map_2byte, within_grid_yz};
 use super::path::{DevTensor, GpuPath, Io, PagedIo, Step};
 use super::unread_pages;
 use crate::dtype::DType;
@@ -56,6 +56,12 @@ const DECODE_ROWS: usize = 16;
 /// block, folding in registers, rather than splitting the keys over blocks and merging (same
 /// bits; no partials through memory, no merge launch).
 const DECODE_WHOLE_BLOCKS: usize = 256;
+/// Bytes of a TMA descriptor (`CUtensorMap`).
+const TMA_MAP_BYTES: usize = 128;
+/// Keys per K/V tile of the TMA prefill kernels (`BN`) and columns per box (one 128-byte swizzle
+/// panel of 2-byte elements).
+const TMA_TILE_ROWS: u32 = 64;
+const TMA_BOX_COLS: u32 = 64;
 
 /// A kernel family's launch configuration, read from the cubin (`tc_cfg_d<D>`, `tc_cfg_dec_d<D>`).
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +83,8 @@ pub(crate) struct TensorCore {
     decp: Option<[[[Kernel; 2]; 3]; 2]>,
     cfg_fwd: [Cfg; 3],
     cfg_dec: [Cfg; 3],
+    /// The prefill kernels fed by TMA, where the cubin has them (`tc_tma`: sm_90a).
+    tma: Option<Tma>,
     /// `[dtype: f16, bf16]`.
     sanitize: [Kernel; 2],
     poison: [Kernel; 2],
@@ -85,6 +93,16 @@ pub(crate) struct TensorCore {
     kchunk: usize,
     first_bad: Kernel,
     any_flag: Kernel,
+}
+
+/// The sm_90a prefill kernels whose K and V tiles a producer warpgroup moves by TMA (`tc_fwdt_*`,
+/// kernels/tensorcore.cu): `[dtype: f16, bf16][head dim: 64, 128][causal: no, yes]`, and their
+/// launch configurations (`tc_cfg_tma_d<D>`). The same bits as `tc_fwd_*`; a call takes them where
+/// K's and V's layouts suit a tensor map (public facts: addresses and strides), else `tc_fwd_*`.
+#[derive(Debug)]
+struct Tma {
+    fwd: [[[Kernel; 2]; 2]; 2],
+    cfg: [Cfg; 2],
 }
 
 /// Which kernel a problem runs, from its shape alone.
@@ -372,32 +390,31 @@ impl TensorCore {
         let merge_abi = [std::mem::size_of::<TcMerge>()];
         let [kchunk] = module.constant_i32::<1>("tc_kchunk")?;
         let [paged] = module.constant_i32::<1>("tc_paged")?;
+        let [tma] = module.constant_i32::<1>("tc_tma")?;
         if kchunk <= 0 {
             return Err(Error::Cuda {
                 op: "cubin launch table",
                 message: format!("tc_kchunk is {kchunk} in the tensorcore cubin (want > 0)"),
             });
         }
-        let family = |stem: &str, cfg: &[Cfg; 3]| -> Result<[[[Kernel; 2]; 3]; 2]> {
-            let one = |dt: &str, di: usize, causal: bool| {
-                let d = TENSORCORE_HEAD_DIMS[di];
-                let c = if causal { "_causal" } else { "" };
-                module.kernel(&format!("{stem}_{dt}_d{d}{c}"), cfg[di].smem, &abi)
-            };
-            let by_d = |dt: &str| -> Result<[[Kernel; 2]; 3]> {
-                Ok([
-                    [one(dt, 0, false)?, one(dt, 0, true)?],
-                    [one(dt, 1, false)?, one(dt, 1, true)?],
-                    [one(dt, 2, false)?, one(dt, 2, true)?],
-                ])
-            };
-            Ok([by_d("f16")?, by_d("bf16")?])
-        };
+        let family = |stem: &str, cfg: &[Cfg; 3]| kernel_table(module, stem, cfg, &abi);
         let by_dt = |stem: &str, abi: &[usize]| -> Result<[Kernel; 2]> {
             Ok([
                 module.kernel(&format!("{stem}_f16"), 0, abi)?,
                 module.kernel(&format!("{stem}_bf16"), 0, abi)?,
             ])
+        };
+        let tma = match tma {
+            0 => None,
+            _ => {
+                let cfg = [read("tc_cfg_tma_d64")?, read("tc_cfg_tma_d128")?];
+                // TcArgs's fields, then the tensor maps of K and V (128 bytes each).
+                let tabi: Vec<usize> = abi.iter().copied().chain([TMA_MAP_BYTES; 2]).collect();
+                Some(Tma {
+                    fwd: kernel_table(module, "tc_fwdt", &cfg, &tabi)?,
+                    cfg,
+                })
+            }
         };
         Ok(TensorCore {
             fwd: family("tc_fwd", &cfg_fwd)?,
@@ -408,6 +425,7 @@ impl TensorCore {
             },
             cfg_fwd,
             cfg_dec,
+            tma,
             sanitize: by_dt("tc_sanitize", &policy_abi)?,
             poison: by_dt("tc_poison", &policy_abi)?,
             merge: by_dt("tc_merge", &merge_abi)?,
@@ -416,6 +434,33 @@ impl TensorCore {
             any_flag: module.kernel("tc_any_flag", 0, &policy_abi)?,
         })
     }
+}
+
+/// The kernels `{stem}_{f16,bf16}_d{D}[_causal]` of the first `N` head dims of
+/// [`TENSORCORE_HEAD_DIMS`], as `[dtype][head dim][causal: no, yes]`, each allowed its head dim's
+/// shared memory and checked against the parameter sizes `abi`.
+fn kernel_table<const N: usize>(
+    module: &Module,
+    stem: &str,
+    cfg: &[Cfg; N],
+    abi: &[usize],
+) -> Result<[[[Kernel; 2]; N]; 2]> {
+    let one = |dt: &str, di: usize, causal: bool| {
+        let d = TENSORCORE_HEAD_DIMS[di];
+        let c = if causal { "_causal" } else { "" };
+        module.kernel(&format!("{stem}_{dt}_d{d}{c}"), cfg[di].smem, abi)
+    };
+    let by_d = |dt: &str| -> Result<[[Kernel; 2]; N]> {
+        let v = (0..N)
+            .map(|di| Ok([one(dt, di, false)?, one(dt, di, true)?]))
+            .collect::<Result<Vec<_>>>()?;
+        // N entries by construction; the conversion cannot fail.
+        v.try_into().map_err(|_| Error::Cuda {
+            op: "cubin launch table",
+            message: format!("{stem}: kernel table of the wrong length"),
+        })
+    };
+    Ok([by_d("f16")?, by_d("bf16")?])
 }
 
 /// The scratch buffers, in the order [`GpuPath::scratch`] lists them.
@@ -734,7 +779,14 @@ impl TensorCore {
             }
             out
         } else {
-            let cfg = self.cfg_fwd[plan.di];
+            let (kernel, cfg, maps) = match (&self.tma, self.tma_maps(p, plan, io)) {
+                (Some(t), Some(maps)) => (&t.fwd[plan.dt][plan.di][causal], t.cfg[plan.di], maps),
+                _ => (
+                    &self.fwd[plan.dt][plan.di][causal],
+                    self.cfg_fwd[plan.di],
+                    Vec::new(),
+                ),
+            };
             let grid = (
                 s.q_len.div_ceil(cfg.bm) as u32,
                 s.q_heads as u32,
@@ -742,7 +794,7 @@ impl TensorCore {
             );
             (0..nch.max(1))
                 .map(|c| Launch {
-                    kernel: self.fwd[plan.dt][plan.di][causal].clone(),
+                    kernel: kernel.clone(),
                     grid,
                     block: cfg.threads,
                     smem: cfg.smem,
@@ -750,10 +802,50 @@ impl TensorCore {
                         chunk: c as i32,
                         ..a
                     }
-                    .params(),
+                    .params()
+                    .into_iter()
+                    .chain(maps.iter().cloned())
+                    .collect(),
                 })
                 .collect()
         }
+    }
+
+    /// The tensor maps of K and V for the TMA prefill kernels, where the cubin has them, the head
+    /// dim is 64 or 128 and both layouts suit one (contiguous rows whose addresses and strides are
+    /// multiples of 16 bytes, positive strides; the driver decides the rest): `[K, V]`, else
+    /// `None`. Public facts only (addresses, strides, shapes).
+    fn tma_maps(&self, p: &Problem, plan: &Plan, io: &Io) -> Option<Vec<Vec<u8>>> {
+        if self.tma.is_none() || plan.di > 1 || io.pages.is_some() {
+            return None;
+        }
+        let s = p.shape();
+        let map = |t: &DevTensor| -> Option<Vec<u8>> {
+            let strides = [t.ss, t.hs, t.bs].map(|x| u64::try_from(x).ok().map(|x| 2 * x));
+            let [Some(ss), Some(hs), Some(bs)] = strides else {
+                return None;
+            };
+            if !t.addr.is_multiple_of(16)
+                || [ss, hs, bs]
+                    .iter()
+                    .any(|&x| x == 0 || !x.is_multiple_of(16))
+            {
+                return None;
+            }
+            tensor_map_2byte(
+                plan.dt == 1,
+                t.addr,
+                [
+                    s.head_dim as u64,
+                    s.kv_len as u64,
+                    s.kv_heads as u64,
+                    s.batch as u64,
+                ],
+                [ss, hs, bs],
+                [TMA_BOX_COLS, TMA_TILE_ROWS, 1, 1],
+            )
+        };
+        Some(vec![map(&io.k)?, map(&io.v)?])
     }
 
     fn policy(&self, kernel: &Kernel, grid_x: u32, block: u32, prm: &TcPolicy) -> Launch {

@@ -463,6 +463,18 @@ fn kernel_table<const N: usize>(
     Ok([by_d("f16")?, by_d("bf16")?])
 }
 
+/// The byte strides (row, head, batch) of a tensor of 2-byte elements as a tensor map takes them,
+/// where its layout suits one: a 16-byte aligned address and positive strides of whole 16-byte
+/// units. `None` otherwise (the call then runs the `cp.async` kernels).
+fn tma_strides(t: &DevTensor) -> Option<[u64; 3]> {
+    let bytes = [t.ss, t.hs, t.bs].map(|x| u64::try_from(x).ok().map(|x| 2 * x));
+    let [Some(ss), Some(hs), Some(bs)] = bytes else {
+        return None;
+    };
+    let ok = |x: u64| x > 0 && x.is_multiple_of(16);
+    (t.addr.is_multiple_of(16) && ok(ss) && ok(hs) && ok(bs)).then_some([ss, hs, bs])
+}
+
 /// The scratch buffers, in the order [`GpuPath::scratch`] lists them.
 struct Scratch {
     words: u64,
@@ -821,17 +833,6 @@ impl TensorCore {
         }
         let s = p.shape();
         let map = |t: &DevTensor| -> Option<Vec<u8>> {
-            let strides = [t.ss, t.hs, t.bs].map(|x| u64::try_from(x).ok().map(|x| 2 * x));
-            let [Some(ss), Some(hs), Some(bs)] = strides else {
-                return None;
-            };
-            if !t.addr.is_multiple_of(16)
-                || [ss, hs, bs]
-                    .iter()
-                    .any(|&x| x == 0 || !x.is_multiple_of(16))
-            {
-                return None;
-            }
             tensor_map_2byte(
                 plan.dt == 1,
                 t.addr,
@@ -841,7 +842,7 @@ impl TensorCore {
                     s.kv_heads as u64,
                     s.batch as u64,
                 ],
-                [ss, hs, bs],
+                tma_strides(t)?,
                 [TMA_BOX_COLS, TMA_TILE_ROWS, 1, 1],
             )
         };
@@ -914,5 +915,33 @@ fn mask_strides(p: &Problem) -> (i64, i64, i64) {
             )
         }
         None => (0, 0, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(addr: u64, bs: i64, hs: i64, ss: i64) -> DevTensor {
+        DevTensor { addr, bs, hs, ss }
+    }
+
+    #[test]
+    fn tensor_map_strides_take_only_layouts_a_tma_box_can_read() {
+        // [B, H, S, D] = [2, 8, 4096, 128] bf16, contiguous: rows 256 bytes apart.
+        assert_eq!(
+            tma_strides(&t(0x1000, 8 * 4096 * 128, 4096 * 128, 128)),
+            Some([256, 4096 * 256, 8 * 4096 * 256])
+        );
+        // [B, S, H, D] (bshd): the head stride below the row stride is still a tensor map.
+        assert_eq!(
+            tma_strides(&t(0x1000, 4096 * 8 * 64, 64, 8 * 64)),
+            Some([1024, 128, 4096 * 1024])
+        );
+        // An address off a 16-byte boundary, a stride of 8 bytes, a zero and a negative stride.
+        assert_eq!(tma_strides(&t(0x1008, 1 << 20, 1 << 12, 128)), None);
+        assert_eq!(tma_strides(&t(0x1000, 1 << 20, 1 << 12, 4)), None);
+        assert_eq!(tma_strides(&t(0x1000, 0, 1 << 12, 128)), None);
+        assert_eq!(tma_strides(&t(0x1000, 1 << 20, -(1 << 12), 128)), None);
     }
 }

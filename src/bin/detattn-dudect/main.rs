@@ -123,6 +123,10 @@ struct Args {
     /// Head dimension (the tensorcore path takes 64, 128, 256).
     #[arg(long, default_value_t = 64)]
     head_dim: usize,
+    /// Causal (bottom-right): the kernels that mask the diagonal tiles by position, which on sm_90
+    /// differ from the non-causal ones in how the warpgroups share the tensor cores.
+    #[arg(long)]
+    causal: bool,
     /// K and V as a paged cache of N-row pages (16..=256, a power of two) placed in a shuffled
     /// page order, timed through `CudaBackend::time_launch_paged` (`--backend cuda` only): the
     /// kernels that read pages through the block table where the path has them.
@@ -151,6 +155,7 @@ struct Config {
     q_len: usize,
     kv_len: usize,
     head_dim: usize,
+    causal: bool,
     page_size: Option<usize>,
 }
 
@@ -170,6 +175,7 @@ impl Args {
             q_len: pick(self.q_len, 64, 256),
             kv_len: pick(self.kv_len, 128, 256),
             head_dim: self.head_dim,
+            causal: self.causal,
             page_size: self.page_size,
         }
     }
@@ -198,7 +204,9 @@ impl Setup {
             cfg.head_dim,
         );
         let build = |mask: bool| {
-            let b = Problem::builder(shape).nonfinite(NonFinitePolicy::Propagate);
+            let b = Problem::builder(shape)
+                .nonfinite(NonFinitePolicy::Propagate)
+                .causal(cfg.causal);
             let b = if mask { b.mask(MaskLayout::FULL) } else { b };
             b.build().map_err(|e| e.to_string())
         };
@@ -525,7 +533,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     let ok = if a.expect_leak { leak_found } else { all_pass };
     let s = setup.plain.shape();
     let problem = format!(
-        "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}, path {}, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask{}",
+        "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}{}, path {}, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask{}",
         s.batch,
         s.q_heads,
         s.kv_heads,
@@ -533,6 +541,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         s.kv_len,
         s.head_dim,
         cfg.dtype,
+        if setup.plain.causal() { ", causal" } else { "" },
         cfg.path,
         cfg.page_size.map_or(String::new(), |n| format!(
             ", K and V in {n}-row pages (shuffled order)"
@@ -550,6 +559,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             "problem": problem,
             "path": cfg.path.name(),
             "dtype": cfg.dtype.name(),
+            "causal": setup.plain.causal(),
             "shape": {
                 "batch": s.batch, "q_heads": s.q_heads, "kv_heads": s.kv_heads,
                 "q_len": s.q_len, "kv_len": s.kv_len, "head_dim": s.head_dim,
@@ -749,6 +759,17 @@ mod tests {
             "512",
         ]);
         assert_eq!((tc.dtype, tc.head_dim, tc.kv_len), (DType::F16, 128, 512));
+        assert!(!tc.causal);
+    }
+
+    #[test]
+    fn causal_reaches_both_problems() {
+        let a = Args::parse_from(["detattn-dudect", "--heads", "1", "--causal"]);
+        let setup = Setup::new(&a, &[Class::Zeros]).unwrap();
+        assert!(setup.plain.causal() && setup.masked.causal());
+        let a = Args::parse_from(["detattn-dudect", "--heads", "1"]);
+        let setup = Setup::new(&a, &[Class::Zeros]).unwrap();
+        assert!(!setup.plain.causal() && !setup.masked.causal());
     }
 
     #[test]

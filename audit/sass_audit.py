@@ -922,24 +922,16 @@ class KernelAnalysis:
         guard = (ins.guard[1], ins.guard[0]) if ins.guard else None
         guard_v = self.val(st, guard[0]) if guard else CLEAN
         gname = f"{'!' if ins.guard[0] else ''}{ins.guard[1]}" if guard else ""
-        if b in CONTROL:
+        if b in CONTROL or b in SYNC_BARRIER:  # guard and every operand public
+            rule = "taint-barrier" if b in SYNC_BARRIER else "taint-branch"
             if guard_v[0] is not None:
-                out.append((ins, "taint-branch", f"guard {gname} is secret-dependent, from {self.why(guard_v)}"
+                out.append((ins, rule, f"guard {gname} is secret-dependent, from {self.why(guard_v)}"
                             + self.definer(i, guard[0])))
             for name, w in srcs + addr:
                 v = self.val(st, name, w, guard)
                 if v[0] is not None:
-                    out.append((ins, "taint-branch", f"operand {name} is secret-dependent, from {self.why(v)}"
+                    out.append((ins, rule, f"operand {name} is secret-dependent, from {self.why(v)}"
                                 + self.definer(i, name)))
-        elif b in SYNC_BARRIER:
-            for name, w in srcs + addr:
-                v = self.val(st, name, w, guard)
-                if v[0] is not None:
-                    out.append((ins, "taint-barrier", f"mbarrier operand {name} is secret-dependent, from {self.why(v)}"
-                                + self.definer(i, name)))
-            if guard_v[0] is not None:
-                out.append((ins, "taint-barrier", f"mbarrier operation predicated on secret-dependent {gname}, from "
-                            f"{self.why(guard_v)}" + self.definer(i, guard[0])))
         elif b in MEMORY or addr:
             if guard_v[0] is not None:
                 out.append((ins, "taint-memory-guard",

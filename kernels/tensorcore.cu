@@ -782,6 +782,10 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     auto bar_fk = [&](int st) -> uint32_t { return sBar + st * 8; };
     auto bar_fv = [&](int st) -> uint32_t { return sBar + (STAGES + st) * 8; };
     auto bar_em = [&](int st) -> uint32_t { return sBar + (2 * STAGES + st) * 8; };
+    // A consumer's wait for tile n's K (isk) or V: its stage's full barrier, the phase of that use.
+    auto wait_full = [&](bool isk, int n) {
+        mbar_wait(isk ? bar_fk(n % STAGES) : bar_fv(n % STAGES), (n / STAGES) & 1);
+    };
     if constexpr (C::TMA) {
         static_assert(CT % STAGES == 0, "a chunk's first tile takes stage 0");
         if (tid == 0) {
@@ -804,15 +808,16 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                     if (n >= STAGES) mbar_wait(bar_em(st), ((n / STAGES) + 1) & 1);
                     const uint32_t dk = sK + st * BN * D * 2, dv = sV + st * BN * D * 2;
                     if ((j + 1) * BN <= L) {  // by position
+                        // The tile's D / 64 boxes of one tensor into dst, completing on bar.
+                        auto boxes = [&](uint32_t dst, const TmaMap* map, uint32_t bar) {
+                            mbar_expect(bar, BN * D * 2);
+#pragma unroll
+                            for (int pn = 0; pn < D / 64; ++pn)
+                                tma_load(dst + pn * BN * 128, map, pn * 64, j * BN, hk, b, bar);
+                        };
                         if (lane == 0) {
-                            mbar_expect(bar_fk(st), BN * D * 2);
-#pragma unroll
-                            for (int pn = 0; pn < D / 64; ++pn)
-                                tma_load(dk + pn * BN * 128, tk, pn * 64, j * BN, hk, b, bar_fk(st));
-                            mbar_expect(bar_fv(st), BN * D * 2);
-#pragma unroll
-                            for (int pn = 0; pn < D / 64; ++pn)
-                                tma_load(dv + pn * BN * 128, tv, pn * 64, j * BN, hk, b, bar_fv(st));
+                            boxes(dk, tk, bar_fk(st));
+                            boxes(dv, tv, bar_fv(st));
                         }
                     } else {
                         load_rows<D, BN, 32, T, decltype(k_row), true, true>(dk, k_row, j * BN, L, lane);
@@ -1264,7 +1269,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             if constexpr (C::TMA) {
                 cp_async_wait<0>();  // the Q rows
                 csync();             // ... everyone's (and, bf16, scaled)
-                mbar_wait(bar_fk(0), 0);
+                wait_full(true, 0);
             } else {
                 cp_async_wait<STAGES - 2>();
                 wg_proxy_fence();  // this thread's copies of tile j0, visible to wgmma's reads
@@ -1291,8 +1296,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         for (int j = j0; j + 1 < jend; ++j) {
             if constexpr (C::TMA) {
                 const int n = j - j0;
-                mbar_wait(bar_fk((n + 1) % STAGES), ((n + 1) / STAGES) & 1);
-                mbar_wait(bar_fv(n % STAGES), (n / STAGES) & 1);
+                wait_full(true, n + 1);
+                wait_full(false, n);
             } else {
                 cp_async_wait<STAGES - 3>();
                 wg_proxy_fence();
@@ -1332,7 +1337,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 for (int e = 0; e < 4; ++e) sacc[0][nb][e] = sn[0][nb][e];
         }
         if (j0 < jend) {  // the last tile's P·V (its V landed with the last iteration's wait)
-            if constexpr (C::TMA) mbar_wait(bar_fv((jend - 1 - j0) % STAGES), ((jend - 1 - j0) / STAGES) & 1);
+            if constexpr (C::TMA) wait_full(false, jend - 1 - j0);
             pack_p(sacc, pa);
             wg_keep(oa);
             wg_fence();

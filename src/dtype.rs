@@ -112,16 +112,15 @@ pub trait Element:
 /// f16 → f32, exact, without a branch on the value (`half`'s software fallback, used where F16C
 /// is missing, branches on the exponent; docs/threat-model.md). Normal and subnormal values: the
 /// magnitude bits shifted into an f32's place are the value times 2⁻¹¹², so one multiply by 2¹¹²
-/// (written as fma(x, 2¹¹², +0): a subnormal operand must not cost time, numerics.md §8) gives it
-/// exactly. Infinities and NaNs (exponent 31) are selected by bit mask.
+/// gives it exactly (through binary64, `numerics::mul`: the operand is subnormal for an f16
+/// subnormal, and that must not cost time, numerics.md §8). Infinities and NaNs (exponent 31) are selected by bit mask.
 #[inline(always)]
 fn f16_to_f32(h: u16) -> f32 {
     let h = u32::from(h);
     let sign = (h & 0x8000) << 16;
     let mag = h & 0x7FFF;
-    let finite = f32::from_bits(mag << 13)
-        .mul_add(f32::from_bits(0x7780_0000), 0.0)
-        .to_bits();
+    let finite =
+        crate::numerics::mul(f32::from_bits(mag << 13), f32::from_bits(0x7780_0000)).to_bits();
     let special = 0x7F80_0000 | ((mag & 0x03FF) << 13);
     let is_special = crate::numerics::mask_of(mag >= 0x7C00);
     f32::from_bits(sign | (special & is_special) | (finite & !is_special))

@@ -5,6 +5,12 @@
 //! (`f32::mul_add`), max/min on non-NaN values and integer/bit operations are used, in the order
 //! written, so the results are the same bits on every machine. Nothing branches on a value:
 //! selections go through [`sel`], a bit mask.
+//!
+//! One thing here has no counterpart in the kernel: [`mul`], [`fma`] and [`fma_wide`], the
+//! document's binary32 multiply and fma computed through binary64 (numerics.md §8). x86 cores
+//! take microcode assists, tens of cycles, for binary32 multiplies and fmas with a subnormal
+//! operand or result, and that time revealed the values (docs/audit.md, Timing); no binary64
+//! value formed from binary32 operands here is subnormal. NVIDIA's FMA pipe has no such penalty.
 
 // `x.max(lo).min(hi)` is the document's operation sequence (IEEE maxNum then minNum), mirrored
 // by fmaxf/fminf in the kernel; `f32::clamp` is a different operation (it passes NaN through).
@@ -83,6 +89,52 @@ pub fn sel(c: bool, a: f32, b: f32) -> f32 {
     f32::from_bits((a.to_bits() & m) | (b.to_bits() & !m))
 }
 
+/// §8 The document's binary32 `x * y` on the CPU: the exact product, formed in binary64 (48
+/// significant bits; at least 2⁻²⁹⁸ in magnitude when not zero, so never subnormal there), rounded
+/// once by the conversion to binary32 — the same bits as a binary32 multiply, subnormal results
+/// included, except that an exact zero product is +0 (see numerics.md §8 on why that sign never
+/// reaches an output).
+#[inline(always)]
+pub fn mul(x: f32, y: f32) -> f32 {
+    // `+ 0.0` also keeps LLVM from narrowing `(x as f64 * y as f64) as f32` back into a binary32
+    // multiply, which it may do (the value is the same) and which is the slow instruction.
+    (f64::from(x) * f64::from(y) + 0.0) as f32
+}
+
+/// §8 The document's binary32 `fma(a, b, c)` on the CPU (see [`fma_wide`]).
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    fma_wide(f64::from(a), f64::from(b), f64::from(c)) as f32
+}
+
+/// §8 `fma(a, b, c)` rounded once to binary32, for finite binary32 values held in binary64; the
+/// result again held in binary64 (exactly), so that an fma chain stays in binary64 between its
+/// steps. (An infinite operand would need more: the contract never has one, §2 and §4.)
+///
+/// The product is exact in binary64; the sum is rounded there to nearest, its error recovered
+/// exactly (Knuth's TwoSum), and the sum moved to the odd neighbour when the error is not zero:
+/// that is `p + c` rounded to odd in 53 bits, and rounding a round-to-odd value of at least
+/// p + 2 bits to p bits gives the correctly rounded result (Boldo and Melquiond, "Emulation of
+/// FMA and correctly rounded sums", 2008), here by the binary64 → binary32 conversion, which
+/// also rounds on the binary32 subnormal grid. Every step is an add, a multiply or integer
+/// arithmetic on bits, none of them on a subnormal value; no compare, so no select that could
+/// become a branch.
+#[inline(always)]
+pub fn fma_wide(a: f64, b: f64, c: f64) -> f64 {
+    let p = a * b;
+    let s = p + c;
+    let bb = s - p;
+    let e = (p - (s - bb)) + (c - bb);
+    let sb = s.to_bits();
+    let eb = e.to_bits() << 1;
+    // 1 when the rounding was inexact (e ≠ 0), from the bits alone.
+    let inexact = (eb | eb.wrapping_neg()) >> 63;
+    // 1 when the exact sum lies towards zero from s (e and s of opposite signs; s ≠ 0 then).
+    let toward_zero = ((e.to_bits() ^ sb) >> 63) & inexact;
+    let odd = sb.wrapping_sub(toward_zero) | inexact;
+    f64::from(f64::from_bits(odd) as f32)
+}
+
 /// §2.1 The biased exponent field.
 #[inline(always)]
 pub fn expfield(x: f32) -> u32 {
@@ -131,8 +183,7 @@ pub fn prepare_row(row: &mut [f32], scale_row: bool) -> (i32, bool) {
     let shift = row_shift(emax);
     let f = pow2(shift);
     for x in row.iter_mut() {
-        // fma(x, f, +0) for §2.5's x * f: the same bits (numerics.md §8), no subnormal-result penalty.
-        *x = x.mul_add(f, 0.0);
+        *x = mul(*x, f);
     }
     (shift, bad != 0)
 }
@@ -143,12 +194,7 @@ pub fn score_finish(s: f32, scale: f32, sq: i32, sk: i32) -> f32 {
     let u = -(sq + sk);
     let a = u >> 1;
     let b = u - a;
-    // Each product as fma(x, y, +0): the same bits (numerics.md §8), without the multiplier's
-    // subnormal-result penalty on some x86 cores, which leaked the values (docs/audit.md, Timing).
-    let x = s
-        .mul_add(scale, 0.0)
-        .mul_add(pow2(a), 0.0)
-        .mul_add(pow2(b), 0.0);
+    let x = mul(mul(mul(s, scale), pow2(a)), pow2(b));
     x.max(-FLT_MAX).min(FLT_MAX)
 }
 
@@ -158,9 +204,19 @@ pub fn clamp_z(z: f32) -> f32 {
     z.max(ZMIN).min(0.0)
 }
 
+/// The bits of 2⁻³⁰: [`exp`] takes a z of smaller magnitude as 0 (the same result, 1).
+const EXP_FLUSH_BITS: u32 = 0x3080_0000;
+
 /// §6 Software e^z for z in [−80, 0].
+///
+/// Every operation below is a plain binary32 one: none of them meets a subnormal value once a z
+/// below 2⁻³⁰ in magnitude is taken as 0, which gives the same bits (numerics.md §8 shows both).
 #[inline(always)]
 pub fn exp(z: f32) -> f32 {
+    // All ones when |z| < 2⁻³⁰, from a subtraction's sign (no compare the optimiser could turn
+    // into a branch).
+    let tiny = ((z.to_bits() & 0x7FFF_FFFF).wrapping_sub(EXP_FLUSH_BITS) as i32 >> 31) as u32;
+    let z = f32::from_bits(z.to_bits() & !tiny);
     let t = z.mul_add(L2E, SHIFTER);
     let nf = t - SHIFTER;
     let n = (t.to_bits() as i32) - 0x4B40_0000;
@@ -194,9 +250,9 @@ pub fn recip(l: f32) -> f32 {
 #[inline(always)]
 pub fn div(a: f32, l: f32) -> f32 {
     let r = recip(l);
-    let q = a.mul_add(r, 0.0).max(-FLT_MAX).min(FLT_MAX);
-    let e = (-q).mul_add(l, a);
-    e.mul_add(r, q)
+    let q = mul(a, r).max(-FLT_MAX).min(FLT_MAX);
+    let e = fma(-q, l, a);
+    fma(e, r, q)
 }
 
 /// §5 `lsafe`: the divisor, 1 when no key was valid.
@@ -245,8 +301,117 @@ pub fn default_scale(head_dim: usize) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Operands for the binary64 realisations of the binary32 multiply and fma, built so that the
+    /// cases that break a naive emulation come up often: every exponent (subnormals included),
+    /// significands with few bits (exact products, ties), sums that cancel, and sums a hair away
+    /// from a binary32 midpoint (where rounding twice, first to binary64, would go wrong).
+    pub(crate) fn fma_cases(n: usize) -> Vec<(f32, f32, f32)> {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut cases = Vec::with_capacity(n);
+        while cases.len() < n {
+            let r = next();
+            let bits = |r: u64| {
+                // Random sign and exponent (0..=254, so subnormals and zeros too), significand
+                // either random or with only its top 1–12 bits.
+                let sign = ((r >> 63) as u32) << 31;
+                let exp = ((r >> 40) % 255) as u32;
+                let keep = 1 + (r >> 56) % 12;
+                let mant = r as u32 & 0x7F_FFFF;
+                let mant = if r & (1 << 32) == 0 {
+                    mant
+                } else {
+                    mant & !(0x7F_FFFF >> keep)
+                };
+                f32::from_bits(sign | (exp << 23) | mant)
+            };
+            let (a, b) = (bits(r), bits(next()));
+            let c = match r % 4 {
+                // Independent.
+                0 => bits(next()),
+                // Cancels the product to within the last bits of c.
+                1 => -((f64::from(a) * f64::from(b)) as f32),
+                // The product's binary64 midpoint plus or minus a binary32 far below it: the
+                // exact sum is not a midpoint but rounds to one in binary64.
+                _ => {
+                    let p = f64::from(a) * f64::from(b);
+                    let tiny =
+                        f32::from_bits(((p.abs().to_bits() >> 29) as u32).saturating_sub(30 << 23));
+                    if r % 4 == 2 { tiny } else { -tiny }
+                }
+            };
+            // Finite operands only: the contract never feeds an infinity to an fma (§2, §4).
+            if c.is_finite() {
+                cases.push((a, b, c));
+            }
+        }
+        // The double-rounding trap, explicitly: (1 + 2⁻¹²)² = 1 + 2⁻¹¹ + 2⁻²⁴ is a binary32
+        // midpoint; ± 2⁻⁶⁰ decides the rounding. Again scaled into the subnormal range.
+        let a = 1.0 + f32::EPSILON * 2048.0;
+        for (s, t) in [
+            (1.0f32, 1.0f32),
+            (pow2(-70), pow2(-56)),
+            (pow2(-75), pow2(-75)),
+        ] {
+            for c in [pow2(-60), -pow2(-60), 0.0] {
+                cases.push((a * s, a * t, mul(c, mul(s, t))));
+            }
+        }
+        cases
+    }
+
+    #[test]
+    fn mul_and_fma_are_the_binary32_operations() {
+        let mut subnormal = 0;
+        for (a, b, c) in fma_cases(2_000_000) {
+            let want = a.mul_add(b, c);
+            let got = fma(a, b, c);
+            // The hardware fma is the oracle; zeros' signs follow it too.
+            assert_eq!(got.to_bits(), want.to_bits(), "fma({a:e}, {b:e}, {c:e})");
+            let want = a.mul_add(b, 0.0);
+            assert_eq!(mul(a, b).to_bits(), want.to_bits(), "{a:e} * {b:e}");
+            subnormal += usize::from(got != 0.0 && got.abs() < f32::MIN_POSITIVE);
+        }
+        // The cases reach the subnormal results they are there for.
+        assert!(subnormal > 10_000, "only {subnormal} subnormal results");
+    }
+
+    /// §6 as written before [`exp`] took tiny z as 0: the reference the flush is held to.
+    fn exp_unflushed(z: f32) -> f32 {
+        let t = z.mul_add(L2E, SHIFTER);
+        let nf = t - SHIFTER;
+        let n = (t.to_bits() as i32) - 0x4B40_0000;
+        let r = nf.mul_add(-LN2_LO, nf.mul_add(-LN2_HI, z));
+        let p = [P6, P5, P4, P3, P2, 1.0, 1.0]
+            .iter()
+            .fold(P7, |p, &c| p.mul_add(r, c));
+        p * pow2(n)
+    }
+
+    #[test]
+    fn exp_flush_of_tiny_z_changes_no_bit() {
+        // Every z of magnitude below 2^-30 (both signs; only ≤ 0 occurs in use), on a grid that
+        // visits every exponent, and the boundary itself from both sides.
+        let lim = EXP_FLUSH_BITS;
+        for b in (0..lim).step_by(251).chain(lim - 4..lim + 4) {
+            for z in [f32::from_bits(b), -f32::from_bits(b)] {
+                assert_eq!(exp(z).to_bits(), exp_unflushed(z).to_bits(), "z = {z:e}");
+            }
+        }
+        // And across the range in use.
+        for i in 0..=200_000 {
+            let z = ZMIN * (i as f32 / 200_000.0);
+            assert_eq!(exp(z).to_bits(), exp_unflushed(z).to_bits(), "z = {z:e}");
+        }
+    }
 
     #[test]
     fn exp_is_exact_at_zero_and_accurate_on_its_range() {

@@ -11,8 +11,8 @@
 use super::prepare::PreparedKv;
 use crate::dtype::Element;
 use crate::numerics::{
-    FLT_MAX, TILE, W, clamp_z, exp, finalize, l_safe, lse as lse_of, mask_of, prepare_row,
-    score_finish,
+    FLT_MAX, TILE, W, clamp_z, exp, finalize, fma, fma_wide, l_safe, lse as lse_of, mask_of, mul,
+    prepare_row, score_finish,
 };
 use crate::problem::{NonFinitePolicy, Problem};
 
@@ -137,12 +137,13 @@ pub(crate) fn run_item_with<T: Element>(
 }
 
 // Rows per group (`R`) by register file: a group keeps R·64 score chains and R·64 accumulator
-// columns in registers, so every K and V element loaded feeds R rows. 32 zmm registers hold four
-// rows' 64 chains (16 registers) with room for the loads; 16 ymm registers hold one row's (8).
+// columns in registers (binary64: 8 zmm a row), so every K and V element loaded feeds R rows.
+// Two rows leave room for the loads and the rounding's temporaries in 32 zmm registers (measured
+// on W1 f32, Intel Xeon: 519 ms with one row, 425 with two, 425 with four).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn run_item_avx512<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T], lse: &mut [f32]) {
-    run_item_body::<T, 4, _>(avx512::Blocks::detected(), item, q, out, lse);
+    run_item_body::<T, 2, _>(avx512::Blocks::detected(), item, q, out, lse);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -362,10 +363,9 @@ fn tile_rows<const N: usize, M: Micro<N>>(
         let mt = m8.iter().fold(-FLT_MAX, |a, &b| a.max(b));
         let mnew = row.m.max(mt) + 0.0;
         alpha[r] = exp(clamp_z(row.m - mnew));
-        // Products that can be subnormal are fma(x, y, +0) here: the bits of §4's `x * y`
-        // (numerics.md §8) at a constant latency on every x86 core we measured.
+        // The weight's product is subnormal for z below about −69: through binary64 (§8).
         for j in 0..TILE {
-            let e = exp(clamp_z(sr[j] - mnew)).mul_add(W, 0.0);
+            let e = mul(exp(clamp_z(sr[j] - mnew)), W);
             pj[r][j] = f32::from_bits(e.to_bits() & valid[j]);
             row.bad |= valid[j] & cx.badkv[j];
         }
@@ -383,7 +383,7 @@ fn tile_rows<const N: usize, M: Micro<N>>(
     }
     // §4's sum of weights: one sequential chain per row, the rows' chains side by side (a +0
     // weight past a row's own limit leaves its l as it is).
-    let mut l: [f32; N] = std::array::from_fn(|r| st[r].l.mul_add(alpha[r], 0.0));
+    let mut l: [f32; N] = std::array::from_fn(|r| mul(st[r].l, alpha[r]));
     for w in &pjt[..jn] {
         for r in 0..N {
             l[r] += w[r];
@@ -403,12 +403,12 @@ fn tile_rows<const N: usize, M: Micro<N>>(
         for r in 0..N {
             let a = &mut acc[r * d + c0..(r + 1) * d];
             for x in a.iter_mut() {
-                *x = x.mul_add(alpha[r], 0.0);
+                *x = mul(*x, alpha[r]);
             }
             for (j, vrow) in vt.chunks_exact(d).enumerate() {
                 let w = pj[r][j];
                 for (x, y) in a.iter_mut().zip(&vrow[c0..]) {
-                    *x = w.mul_add(*y, *x);
+                    *x = fma(w, *y, *x);
                 }
             }
         }
@@ -443,17 +443,23 @@ struct Generic;
 impl<const N: usize> Micro<N> for Generic {
     #[inline(always)]
     fn scores(self, kt: &[f32], q: &[[f32; N]], s: &mut [[f32; TILE]; N]) {
-        // A local accumulator and a loop with no panic path, so the chains stay in registers.
-        let mut a = [[0.0f32; TILE]; N];
+        // A local accumulator and a loop with no panic path, so the chains stay in registers;
+        // binary64 between the steps (`fma_wide`).
+        let mut a = [[0.0f64; TILE]; N];
         let (krows, _) = kt.as_chunks::<TILE>();
         for (krow, qv) in krows.iter().zip(q) {
             for r in 0..N {
+                let qr = f64::from(qv[r]);
                 for j in 0..TILE {
-                    a[r][j] = qv[r].mul_add(krow[j], a[r][j]);
+                    a[r][j] = fma_wide(qr, f64::from(krow[j]), a[r][j]);
                 }
             }
         }
-        *s = a;
+        for (sr, ar) in s.iter_mut().zip(&a) {
+            for (x, y) in sr.iter_mut().zip(ar) {
+                *x = *y as f32;
+            }
+        }
     }
 
     #[inline(always)]
@@ -470,9 +476,9 @@ impl<const N: usize> Micro<N> for Generic {
             let Some(a) = acc[r * d + c0..].as_chunks_mut::<CH>().0.first_mut() else {
                 continue;
             };
-            let mut reg = [0.0f32; CH];
+            let mut reg = [0.0f64; CH];
             for k in 0..CH {
-                reg[k] = a[k].mul_add(alpha[r], 0.0);
+                reg[k] = f64::from(mul(a[k], alpha[r]));
             }
             for (vrow, wj) in vt.chunks_exact(d).zip(w) {
                 // Always `Some` (the chunk is whole); the let-else keeps an index panic path,
@@ -480,23 +486,34 @@ impl<const N: usize> Micro<N> for Generic {
                 let Some(vr) = vrow.get(c0..).and_then(|x| x.as_chunks::<CH>().0.first()) else {
                     continue;
                 };
+                let wr = f64::from(wj[r]);
                 for k in 0..CH {
-                    reg[k] = wj[r].mul_add(vr[k], reg[k]);
+                    reg[k] = fma_wide(wr, f64::from(vr[k]), reg[k]);
                 }
             }
-            *a = reg;
+            for (x, y) in a.iter_mut().zip(&reg) {
+                *x = *y as f32;
+            }
         }
     }
 }
 
-/// Four rows at a time in 512-bit registers: 16 score chains' registers (4 rows × 64 keys) or
-/// 16 accumulator registers (4 rows × 64 columns), each K or V vector loaded once for 4 rows.
-/// LLVM kept the generic loops' accumulators of four rows on the stack (measured: a load and a
-/// store around every FMA), so these are written with the intrinsics.
+/// `R` rows at a time in 512-bit registers, each binary32 fma of the two chains done as
+/// [`crate::numerics::fma_wide`] specifies, with AVX-512's per-instruction rounding modes in
+/// place of the error recovery: of the binary64 fma rounded down and rounded up, the one towards
+/// zero with its last bit set when the two differ (the sum was inexact) is the sum rounded to odd
+/// — the value `fma_wide` builds from TwoSum, in five instructions instead of about fifteen. The chains
+/// stay in binary64 between steps, rounded to binary32 by a conversion there and back.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{CH, Micro, TILE};
-    use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_setzero_ps};
+    use crate::numerics::mul;
+    use std::arch::x86_64::{
+        __m512d, __m512i, _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEG_INF, _MM_FROUND_TO_POS_INF,
+        _mm512_cmpneq_epu64_mask, _mm512_cvtpd_ps, _mm512_cvtps_pd, _mm512_fmadd_round_pd,
+        _mm512_mask_or_epi64, _mm512_min_epu64, _mm512_set1_epi64, _mm512_set1_pd,
+        _mm512_setzero_pd,
+    };
 
     /// Proof that AVX-512F was detected: only `run_item_avx512` makes one.
     #[derive(Clone, Copy)]
@@ -510,12 +527,12 @@ mod avx512 {
         }
     }
 
-    impl Micro<4> for Blocks {
+    impl<const R: usize> Micro<R> for Blocks {
         #[inline(always)]
-        fn scores(self, kt: &[f32], q: &[[f32; 4]], s: &mut [[f32; TILE]; 4]) {
+        fn scores(self, kt: &[f32], q: &[[f32; R]], s: &mut [[f32; TILE]; R]) {
             // SAFETY: a `Blocks` exists only where avx512f was detected (`Blocks::detected` is a
             // target-feature function, called from `run_item_avx512` after `Isa::best` detected it).
-            unsafe { scores4(kt, q, s) }
+            unsafe { scores(kt, q, s) }
         }
 
         #[inline(always)]
@@ -524,78 +541,147 @@ mod avx512 {
             vt: &[f32],
             d: usize,
             c0: usize,
-            w: &[[f32; 4]],
-            alpha: &[f32; 4],
+            w: &[[f32; R]],
+            alpha: &[f32; R],
             acc: &mut [f32],
         ) {
             // SAFETY: as in `scores`.
-            unsafe { accumulate4(vt, d, c0, w, alpha, acc) }
+            unsafe { accumulate(vt, d, c0, w, alpha, acc) }
+        }
+    }
+
+    /// Eight binary32 `fma(a, b, c)` (operands held in binary64), rounded to binary32, held in
+    /// binary64: `crate::numerics::fma_wide` lane by lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn fma8(a: __m512d, b: __m512d, c: __m512d) -> __m512d {
+        const RD: i32 = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
+        const RU: i32 = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+        let dn: __m512i = bytemuck::cast(_mm512_fmadd_round_pd::<RD>(a, b, c));
+        let up: __m512i = bytemuck::cast(_mm512_fmadd_round_pd::<RU>(a, b, c));
+        // Rounded down and up differ by one step (as integers) when the sum was inexact; the
+        // smaller encoding is the one towards zero, and setting its last bit picks the odd one
+        // of the two. An exact zero sum comes out as -0 and +0: the +0 with its last bit set,
+        // the least binary64, which the conversion rounds to +0, the fma's zero.
+        let inexact = _mm512_cmpneq_epu64_mask(dn, up);
+        let toward_zero = _mm512_min_epu64(dn, up);
+        let odd = _mm512_mask_or_epi64(toward_zero, inexact, toward_zero, _mm512_set1_epi64(1));
+        _mm512_cvtps_pd(_mm512_cvtpd_ps(bytemuck::cast(odd)))
+    }
+
+    /// 64 binary32 values as eight binary64 vectors.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn widen(x: &[f32; 64]) -> [__m512d; 8] {
+        let (h, _) = x.as_chunks::<8>();
+        std::array::from_fn(|c| _mm512_cvtps_pd(bytemuck::cast(h[c])))
+    }
+
+    /// Eight binary64 vectors back to 64 binary32 values (exact: each holds a binary32 value).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn narrow(x: &[__m512d; 8], out: &mut [f32; 64]) {
+        let (h, _) = out.as_chunks_mut::<8>();
+        for c in 0..8 {
+            h[c] = bytemuck::cast(_mm512_cvtpd_ps(x[c]));
+        }
+    }
+
+    /// One step of `R` rows' chains over 64 columns: `a[r][c] = fma(x[r], y[c], a[r][c])` (a
+    /// query element and a K row for the scores, a weight and a V row for the accumulators).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn step<const R: usize>(x: &[f32; R], y: &[f32; 64], a: &mut [[__m512d; 8]; R]) {
+        let y = widen(y);
+        for r in 0..R {
+            let b = _mm512_set1_pd(f64::from(x[r]));
+            for c in 0..8 {
+                a[r][c] = fma8(b, y[c], a[r][c]);
+            }
         }
     }
 
     #[target_feature(enable = "avx512f")]
-    fn scores4(kt: &[f32], q: &[[f32; 4]], s: &mut [[f32; TILE]; 4]) {
-        let mut a = [[_mm512_setzero_ps(); 4]; 4];
+    fn scores<const R: usize>(kt: &[f32], q: &[[f32; R]], s: &mut [[f32; TILE]; R]) {
+        let mut a = [[_mm512_setzero_pd(); TILE / 8]; R];
         let (krows, _) = kt.as_chunks::<TILE>();
         for (krow, qv) in krows.iter().zip(q) {
-            let (kc, _) = krow.as_chunks::<16>();
-            let k: [__m512; 4] = std::array::from_fn(|c| bytemuck::cast(kc[c]));
-            for r in 0..4 {
-                let b = _mm512_set1_ps(qv[r]);
-                for c in 0..4 {
-                    a[r][c] = _mm512_fmadd_ps(b, k[c], a[r][c]);
-                }
-            }
+            step(qv, krow, &mut a);
         }
-        for r in 0..4 {
-            let (sc, _) = s[r].as_chunks_mut::<16>();
-            for c in 0..4 {
-                sc[c] = bytemuck::cast(a[r][c]);
-            }
+        for r in 0..R {
+            narrow(&a[r], &mut s[r]);
         }
     }
 
     #[target_feature(enable = "avx512f")]
-    fn accumulate4(
+    fn accumulate<const R: usize>(
         vt: &[f32],
         d: usize,
         c0: usize,
-        w: &[[f32; 4]],
-        alpha: &[f32; 4],
+        w: &[[f32; R]],
+        alpha: &[f32; R],
         acc: &mut [f32],
     ) {
-        let zero = _mm512_setzero_ps();
-        let mut reg = [[zero; CH / 16]; 4];
-        for r in 0..4 {
-            let Some(a) = acc[r * d + c0..].as_chunks::<CH>().0.first() else {
+        let mut reg = [[_mm512_setzero_pd(); CH / 8]; R];
+        for r in 0..R {
+            let Some(a) = acc[r * d + c0..].as_chunks_mut::<CH>().0.first_mut() else {
                 return;
             };
-            let (ac, _) = a.as_chunks::<16>();
-            let al = _mm512_set1_ps(alpha[r]);
-            for c in 0..CH / 16 {
-                reg[r][c] = _mm512_fmadd_ps(bytemuck::cast(ac[c]), al, zero);
+            // The rescale is a product (§4): `mul`, then widened.
+            for x in a.iter_mut() {
+                *x = mul(*x, alpha[r]);
             }
+            reg[r] = widen(a);
         }
         for (vrow, wj) in vt.chunks_exact(d).zip(w) {
             let Some(vr) = vrow.get(c0..).and_then(|x| x.as_chunks::<CH>().0.first()) else {
                 return;
             };
-            let (vc, _) = vr.as_chunks::<16>();
-            let v: [__m512; CH / 16] = std::array::from_fn(|c| bytemuck::cast(vc[c]));
-            for r in 0..4 {
-                let b = _mm512_set1_ps(wj[r]);
-                for c in 0..CH / 16 {
-                    reg[r][c] = _mm512_fmadd_ps(b, v[c], reg[r][c]);
-                }
-            }
+            step(wj, vr, &mut reg);
         }
-        for r in 0..4 {
+        for r in 0..R {
             let Some(a) = acc[r * d + c0..].as_chunks_mut::<CH>().0.first_mut() else {
                 return;
             };
-            let (ac, _) = a.as_chunks_mut::<16>();
-            for c in 0..CH / 16 {
-                ac[c] = bytemuck::cast(reg[r][c]);
+            narrow(&reg[r], a);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn fma8_is_the_binary32_fma_in_every_lane() {
+            if !std::is_x86_feature_detected!("avx512f") {
+                eprintln!(
+                    "SKIPPED: this CPU has no AVX-512F; the variant it tests cannot run here"
+                );
+                return;
+            }
+            let cases = crate::numerics::tests::fma_cases(400_000);
+            for chunk in cases.chunks_exact(8) {
+                let lanes = |f: fn(&(f32, f32, f32)) -> f32| -> [f64; 8] {
+                    std::array::from_fn(|i| f64::from(f(&chunk[i])))
+                };
+                let (a, b, c) = (lanes(|x| x.0), lanes(|x| x.1), lanes(|x| x.2));
+                // SAFETY: avx512f was detected above.
+                let got: [f64; 8] = unsafe {
+                    bytemuck::cast(fma8(
+                        bytemuck::cast(a),
+                        bytemuck::cast(b),
+                        bytemuck::cast(c),
+                    ))
+                };
+                for (i, &(a, b, c)) in chunk.iter().enumerate() {
+                    let want = a.mul_add(b, c);
+                    assert_eq!(
+                        (got[i] as f32).to_bits(),
+                        want.to_bits(),
+                        "fma({a:e}, {b:e}, {c:e})"
+                    );
+                    assert_eq!(f64::from(got[i] as f32).to_bits(), got[i].to_bits());
+                }
             }
         }
     }

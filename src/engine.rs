@@ -137,10 +137,15 @@ impl Engine {
         !matches!(self.inner, Inner::Cpu(_))
     }
 
-    /// A one-line description of the backend (`cpu (2 threads)`, `cuda:0 NVIDIA H100 … sm_90`).
+    /// A one-line description of the backend (`cpu (2 threads, avx512)`: the threads and the CPU
+    /// kernel's instruction set; `cuda:0 NVIDIA H100 … sm_90`).
     pub fn describe(&self) -> String {
         match &self.inner {
-            Inner::Cpu(c) => format!("cpu ({} threads)", c.threads()),
+            Inner::Cpu(c) => format!(
+                "cpu ({} threads, {})",
+                c.threads(),
+                crate::cpu::instruction_set()
+            ),
             #[cfg(feature = "cuda")]
             Inner::Cuda(c) => c.describe(),
         }

@@ -527,6 +527,36 @@ fn info_json_names_the_backends() {
     );
 }
 
+/// A default build runs the CPU kernel variant its CPU allows whatever `DETATTN_TEST_CPU_ISA`
+/// says; only a `test-override` build narrows it (D7's rule for the cubins, for the CPU).
+#[test]
+fn the_cpu_variant_override_is_test_builds_only() {
+    let kernel = |isa: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_detattn"));
+        c.args(["info", "--json"]);
+        if let Some(v) = isa {
+            c.env("DETATTN_TEST_CPU_ISA", v);
+        }
+        let o = c.output().expect("the detattn binary starts");
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON value");
+        v["cpu"]["kernel"]
+            .as_str()
+            .expect("the kernel's name")
+            .to_string()
+    };
+    let widest = kernel(None);
+    let narrowed = kernel(Some("portable"));
+    if cfg!(feature = "test-override") {
+        assert_eq!(narrowed, "portable");
+    } else {
+        assert_eq!(
+            narrowed, widest,
+            "a default build obeyed DETATTN_TEST_CPU_ISA"
+        );
+    }
+}
+
 /// `detattn run --json` with these flags: the parsed document (the run must succeed).
 fn run_json(args: &[&str]) -> serde_json::Value {
     let o = detattn(args);

@@ -604,7 +604,7 @@ fn thread_counts_outside_1_to_1024_are_rejected_before_any_thread_starts() {
     }
     assert_eq!(
         Engine::cpu_with_threads(1).unwrap().describe(),
-        "cpu (1 threads)"
+        format!("cpu (1 threads, {})", detattn::cpu::instruction_set())
     );
 }
 

@@ -40,10 +40,32 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
+    /// Every variant compiled for this target, narrowest first.
+    #[cfg(any(test, feature = "test-override"))]
+    const ALL: &'static [Isa] = &[
+        Isa::Portable,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512,
+    ];
+
     /// The widest variant this CPU can run: the one [`run_item`] uses. Each variant needs the
     /// features of the narrower ones, so the CPU runs exactly the variants up to this one.
     /// Feature detection is cached by std: a few loads, no allocation (it runs once per item).
     pub(crate) fn best() -> Isa {
+        let detected = Isa::detected();
+        // Test builds only: a narrower variant, so that the timing harness can measure the ones
+        // a CPU without AVX-512 runs (docs/audit.md). A default build reads no variable here.
+        #[cfg(feature = "test-override")]
+        if let Some(cap) = test_override::cap() {
+            return detected.min(cap);
+        }
+        detected
+    }
+
+    /// The widest variant this CPU's features allow.
+    fn detected() -> Isa {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             return if std::is_x86_feature_detected!("avx512f") {
@@ -59,14 +81,7 @@ impl Isa {
     #[cfg(test)]
     pub(crate) fn available() -> Vec<Isa> {
         let best = Isa::best();
-        let all = [
-            Isa::Portable,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512,
-        ];
-        all.into_iter().filter(|&i| i <= best).collect()
+        Isa::ALL.iter().copied().filter(|&i| i <= best).collect()
     }
 
     /// A short name (`portable`, `avx2+fma`, `avx512`).
@@ -78,6 +93,28 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => "avx512",
         }
+    }
+}
+
+/// The `test-override` build's cap on the instruction set, from [`TEST_CPU_ISA_ENV`].
+#[cfg(feature = "test-override")]
+mod test_override {
+    use super::Isa;
+    use std::sync::OnceLock;
+
+    /// The variable: `portable`, `avx2+fma` or `avx512` (a name of [`Isa::name`]).
+    const TEST_CPU_ISA_ENV: &str = "DETATTN_TEST_CPU_ISA";
+
+    pub(super) fn cap() -> Option<Isa> {
+        static CAP: OnceLock<Option<Isa>> = OnceLock::new();
+        *CAP.get_or_init(|| {
+            let v = std::env::var(TEST_CPU_ISA_ENV).ok()?;
+            let found = Isa::ALL.iter().copied().find(|i| i.name() == v);
+            if found.is_none() {
+                eprintln!("warning: {TEST_CPU_ISA_ENV}={v:?} names no CPU variant; ignored");
+            }
+            found
+        })
     }
 }
 

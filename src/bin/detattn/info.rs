@@ -39,7 +39,7 @@ pub(crate) fn main(args: InfoArgs) -> Result<ExitCode, Failure> {
     outln!(
         "  cubins         {}",
         if crate::override_capable() {
-            "TEST BUILD: DETATTN_TEST_CUBIN_DIR can replace the embedded cubins"
+            "TEST BUILD: DETATTN_TEST_CUBIN_DIR can replace the embedded cubins, DETATTN_TEST_CPU_ISA narrow the CPU kernel"
         } else {
             "embedded and verified only (no test override in this build)"
         }

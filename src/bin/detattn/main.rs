@@ -96,9 +96,10 @@ pub(crate) fn override_capable() -> bool {
 /// The banner an override-capable build prints first (`info`, `selftest`), or `None`.
 pub(crate) fn override_warning() -> Option<String> {
     override_capable().then(|| {
-        "WARNING: TEST BUILD (cargo feature `test-override`): the environment variable \
-         DETATTN_TEST_CUBIN_DIR can replace the audited, embedded cubins. Never use this build \
-         in production."
+        "WARNING: TEST BUILD (cargo feature `test-override`): the environment variables \
+         DETATTN_TEST_CUBIN_DIR (the audited, embedded cubins) and DETATTN_TEST_CPU_ISA (the CPU \
+         kernel's instruction set) change which machine code runs. Never use this build in \
+         production."
             .to_string()
     })
 }

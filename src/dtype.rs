@@ -110,19 +110,25 @@ pub trait Element:
 }
 
 /// f16 → f32, exact, without a branch on the value (`half`'s software fallback, used where F16C
-/// is missing, branches on the exponent; docs/threat-model.md). Normal and subnormal values: the
-/// magnitude bits shifted into an f32's place are the value times 2⁻¹¹², so one multiply by 2¹¹²
-/// gives it exactly (through binary64, `numerics::mul`: the operand is subnormal for an f16
-/// subnormal, and that must not cost time, numerics.md §8). Infinities and NaNs (exponent 31) are selected by bit mask.
+/// is missing, branches on the exponent; docs/threat-model.md), and without a binary32 multiply
+/// or fma on a subnormal value (x86 cores take far longer on those, numerics.md §8). Normal
+/// values: the exponent rebiased by adding 112 to its field. Subnormals and zeros: the
+/// significand, an integer below 2¹⁰ converted exactly, times 2⁻²⁴ (a normal product). The two
+/// are selected by bit mask, as are infinities and NaNs (exponent 31).
 #[inline(always)]
 fn f16_to_f32(h: u16) -> f32 {
     let h = u32::from(h);
     let sign = (h & 0x8000) << 16;
     let mag = h & 0x7FFF;
-    let finite =
-        crate::numerics::mul(f32::from_bits(mag << 13), f32::from_bits(0x7780_0000)).to_bits();
+    let normal = (mag << 13) + (112 << 23);
+    // (Written as a product of normal values on purpose: the earlier form, a subnormal times 2¹¹²
+    // through binary64, was narrowed back into a binary32 multiply by LLVM, which proved the
+    // product never −0, and the f16 subnormals class of the CPU dudect run saw it.)
+    let small = ((mag & 0x03FF) as f32 * f32::from_bits(0x3380_0000)).to_bits();
     let special = 0x7F80_0000 | ((mag & 0x03FF) << 13);
+    let is_small = crate::numerics::mask_of(mag < 0x0400);
     let is_special = crate::numerics::mask_of(mag >= 0x7C00);
+    let finite = (small & is_small) | (normal & !is_small);
     f32::from_bits(sign | (special & is_special) | (finite & !is_special))
 }
 

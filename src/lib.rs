@@ -61,9 +61,10 @@
 //!   (`docs/numerics.md` §9 gives the bound against an f64 reference), not bit for bit.
 //! - Constant time against power, frequency or co-tenant cache contention (see
 //!   `docs/threat-model.md`). On the CPU, constant time rests on the compiler and the processor:
-//!   the masks are hidden from the optimiser and products that can be subnormal are computed as
-//!   fmas (some x86 cores take longer for a subnormal multiply), and the dudect timing test is the
-//!   check, run per machine (`docs/audit.md`); the SASS audit checks the GPU machine code.
+//!   the masks are hidden from the optimiser and every multiply or fma that can meet a subnormal
+//!   runs in binary64 with the binary32 bits (x86 cores take far longer on subnormals), and the
+//!   dudect timing test is the check, run per machine (`docs/audit.md`); the SASS audit checks the
+//!   GPU machine code.
 //! - On the `TensorCore` path: the CPU's or `Exact`'s bits, the same bits on another GPU
 //!   architecture, or `Exact`'s accuracy for inputs of extreme magnitude (finite, but the
 //!   tensor cores' f16/bf16 operands and `ex2.approx` bound the accuracy; an absurd scale or a

@@ -40,9 +40,11 @@ mod tile_copy;
 mod welch;
 
 use clap::{Parser, ValueEnum};
-use classes::{Class, InputSet};
+use classes::{Class, ClassElement, InputSet};
 use detattn::inputs::SplitMix64;
-use detattn::{Backend, DType, Engine, MaskLayout, NonFinitePolicy, Path, Problem, Shape};
+use detattn::{
+    Backend, DType, Element, Engine, MaskLayout, NonFinitePolicy, Path, Problem, Shape, bf16, f16,
+};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -256,38 +258,46 @@ trait Timer {
     fn describe(&self) -> String;
 }
 
-struct CpuTimer<'a> {
+/// The CPU timer, for inputs of element type `T`. The library runs every type; the harness's
+/// copies of the tile loop are f32 only.
+struct CpuTimer<'a, T> {
     setup: &'a Setup,
     engine: Engine,
     kernel: Kernel,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    q: Vec<T>,
+    k: Vec<T>,
+    v: Vec<T>,
     mask: Vec<bool>,
-    out: Vec<f32>,
+    out: Vec<T>,
 }
 
-impl<'a> CpuTimer<'a> {
+impl<'a, T: Element + ClassElement> CpuTimer<'a, T> {
     fn new(setup: &'a Setup, threads: usize, kernel: Kernel) -> Result<Self, String> {
         let s = setup.plain.shape();
         Ok(CpuTimer {
             setup,
             engine: Engine::cpu_with_threads(threads).map_err(|e| e.to_string())?,
             kernel,
-            q: vec![0.0; s.q_elems()],
-            k: vec![0.0; s.kv_elems()],
-            v: vec![0.0; s.kv_elems()],
+            q: vec![T::default(); s.q_elems()],
+            k: vec![T::default(); s.kv_elems()],
+            v: vec![T::default(); s.kv_elems()],
             mask: vec![false; setup.masked.mask_dims().iter().product()],
-            out: vec![0.0; s.q_elems()],
+            out: vec![T::default(); s.q_elems()],
         })
     }
 
-    /// Copy a set into the fixed buffers (untimed).
+    /// Copy a set into the fixed buffers (untimed), in the element type.
     fn load(&mut self, c: Class, set: usize) {
         let s = &self.setup.pools[c.name()][set];
-        self.q.copy_from_slice(&s.q);
-        self.k.copy_from_slice(&s.k);
-        self.v.copy_from_slice(&s.v);
+        for (dst, src) in [
+            (&mut self.q, &s.q),
+            (&mut self.k, &s.k),
+            (&mut self.v, &s.v),
+        ] {
+            for (d, &x) in dst.iter_mut().zip(src) {
+                *d = T::from_class_value(x);
+            }
+        }
         if let Some(m) = &s.mask {
             self.mask.copy_from_slice(m);
         }
@@ -308,7 +318,17 @@ impl<'a> CpuTimer<'a> {
                     Kernel::CopyHardened => tile_copy::Variant::Hardened,
                     _ => tile_copy::Variant::Faithful,
                 };
-                tile_copy::run(p, &self.q, &self.k, &self.v, mask, &mut self.out, variant);
+                if T::DTYPE != DType::F32 {
+                    return Err("the harness's copies of the tile loop are f32 only".into());
+                }
+                // T is f32 here: the casts are the identity.
+                let (q, k, v): (&[f32], &[f32], &[f32]) = (
+                    bytemuck::cast_slice(&self.q),
+                    bytemuck::cast_slice(&self.k),
+                    bytemuck::cast_slice(&self.v),
+                );
+                let out = bytemuck::cast_slice_mut::<T, f32>(&mut self.out);
+                tile_copy::run(p, q, k, v, mask, out, variant);
                 Ok(())
             }
         }
@@ -320,14 +340,14 @@ impl<'a> CpuTimer<'a> {
         for &c in classes {
             self.load(c, 0);
             self.call(c, Kernel::Library)?;
-            let want: Vec<u32> = self.out.iter().map(|x| x.to_bits()).collect();
+            let want: Vec<u32> = self.out.iter().map(|x| x.to_bits_u32()).collect();
             for kernel in [Kernel::Copy, Kernel::Leaky, Kernel::CopyHardened] {
-                self.out.iter_mut().for_each(|x| *x = 0.0);
+                self.out.iter_mut().for_each(|x| *x = T::default());
                 self.call(c, kernel)?;
                 if self
                     .out
                     .iter()
-                    .map(|x| x.to_bits())
+                    .map(|x| x.to_bits_u32())
                     .ne(want.iter().copied())
                 {
                     return Err(format!(
@@ -341,7 +361,7 @@ impl<'a> CpuTimer<'a> {
     }
 }
 
-impl Timer for CpuTimer<'_> {
+impl<T: Element + ClassElement> Timer for CpuTimer<'_, T> {
     fn measure(&mut self, c: Class, set: usize) -> Result<f64, String> {
         self.load(c, set);
         let t0 = Instant::now();
@@ -441,18 +461,24 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                         .into(),
                 );
             }
-            if cfg.dtype != DType::F32 {
+            if cfg.dtype != DType::F32 && a.kernel != Kernel::Library {
                 return Err(format!(
-                    "--dtype {}: the CPU harness times f32 inputs (its copies of the tile loop \
-                     are f32); time f16/bf16 with --backend cuda",
+                    "--dtype {}: the harness's copies of the tile loop are f32 only; the \
+                     library (--kernel library) takes every type",
                     cfg.dtype
                 ));
             }
-            let mut t = CpuTimer::new(&setup, a.threads, a.kernel)?;
-            if a.kernel != Kernel::Library {
-                t.check_copy_is_faithful(&all)?;
+            match cfg.dtype {
+                DType::F32 => {
+                    let mut t = CpuTimer::<f32>::new(&setup, a.threads, a.kernel)?;
+                    if a.kernel != Kernel::Library {
+                        t.check_copy_is_faithful(&all)?;
+                    }
+                    Box::new(t)
+                }
+                DType::F16 => Box::new(CpuTimer::<f16>::new(&setup, a.threads, a.kernel)?),
+                DType::Bf16 => Box::new(CpuTimer::<bf16>::new(&setup, a.threads, a.kernel)?),
             }
-            Box::new(t)
         }
         b if b == "cuda" || b.starts_with("cuda:") => {
             check_path(&setup)?;
@@ -789,9 +815,9 @@ mod tests {
             e.starts_with("the tensorcore path is not available on the cpu backend"),
             "{e}"
         );
-        let e = fails(&["--dtype", "bf16"]);
+        let e = fails(&["--dtype", "bf16", "--kernel", "leaky"]);
         assert!(
-            e.starts_with("--dtype bf16: the CPU harness times f32 inputs"),
+            e.starts_with("--dtype bf16: the harness's copies of the tile loop are f32 only"),
             "{e}"
         );
         #[cfg(feature = "cuda")]
@@ -839,7 +865,7 @@ mod tests {
         // would not isolate the planted shortcuts.
         let a = args(&["--pool", "2"]);
         let setup = Setup::new(&a, &Class::ALL).unwrap();
-        let mut t = CpuTimer::new(&setup, 1, Kernel::Library).unwrap();
+        let mut t = CpuTimer::<f32>::new(&setup, 1, Kernel::Library).unwrap();
         t.check_copy_is_faithful(&Class::ALL).unwrap();
     }
 

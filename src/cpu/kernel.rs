@@ -175,8 +175,9 @@ pub(crate) fn run_item_with<T: Element>(
 
 // Rows per group (`R`) by register file: a group keeps R·64 score chains and R·64 accumulator
 // columns in registers (binary64: 8 zmm a row), so every K and V element loaded feeds R rows.
-// Two rows leave room for the loads and the rounding's temporaries in 32 zmm registers (measured
-// on W1 f32, Intel Xeon: 519 ms with one row, 425 with two, 425 with four).
+// Two rows leave room for the loads and the rounding's temporaries in 32 zmm registers; four
+// spill and were no faster beyond the noise (W1 f32, Intel Xeon: one row 308 ms, two 270, four
+// 264).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn run_item_avx512<T: Element>(item: &Item<'_>, q: &[T], out: &mut [T], lse: &mut [f32]) {
@@ -539,8 +540,8 @@ impl<const N: usize> Micro<N> for Generic {
 /// [`crate::numerics::fma_wide`] specifies, with AVX-512's per-instruction rounding modes in
 /// place of the error recovery: of the binary64 fma rounded down and rounded up, the one towards
 /// zero with its last bit set when the two differ (the sum was inexact) is the sum rounded to odd
-/// — the value `fma_wide` builds from TwoSum, in five instructions instead of about fifteen. The chains
-/// stay in binary64 between steps, rounded to binary32 by a conversion there and back.
+/// — the value `fma_wide` builds from TwoSum, in five instructions instead of about fifteen. The
+/// chains stay in binary64 between steps, rounded to binary32 by a conversion there and back.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{CH, Micro, TILE};

@@ -27,10 +27,11 @@
 //!
 //! Kernels (`--kernel`): `library` (the default) times the library. The others time the
 //! harness's own copy of the CPU tile loop (`tile_copy.rs`), never part of the library:
-//! `copy` (operation for operation, so it reproduces the library's timing), `copy-hardened`
-//! (with the fixes for the leaks this harness found in the library) and `leaky` (or `--leaky`:
-//! the hardened copy plus two planted data-dependent shortcuts, to show the harness detects a
-//! leak). All three give the library's bits, checked before measuring. On a GPU the planted leak
+//! `copy` (the library's loop as it was on 2026-11-23, binary32 chains), `copy-hardened` (with
+//! the fixes for the first leaks this harness found) and `leaky` (or `--leaky`: the hardened
+//! copy plus two planted data-dependent shortcuts, to show the harness detects a leak). All three
+//! give the library's bits, checked before measuring; their timing is not the library's since
+//! the library's chains went to binary64 (docs/audit.md, cause 4). On a GPU the planted leak
 //! is a leaky cubin loaded through the test-only `DETATTN_TEST_CUBIN_DIR` (docs/audit.md).
 
 mod classes;
@@ -61,8 +62,8 @@ const CROPS: [f64; 5] = [0.5, 0.75, 0.9, 0.95, 0.99];
 enum Kernel {
     /// The library (`Engine::run_into`, or the CUDA kernel with `--backend cuda`).
     Library,
-    /// The harness's copy of the CPU tile loop, operation for operation (reproduces the
-    /// library's timing).
+    /// The harness's copy of the CPU tile loop as of 2026-11-23 (binary32 chains: the library's
+    /// bits, not its timing since 2026-11-27).
     Copy,
     /// The hardened copy plus planted data-dependent shortcuts (must be detected).
     Leaky,

@@ -2,8 +2,10 @@
 //! single-threaded, f32, for the harness's own use — never part of the library. Three variants,
 //! all giving the library's bits (checked at start-up and in a test):
 //!
-//! - `Faithful`: the library's operations in the library's order. It reproduces the library's
-//!   timing, leaks included, which is what makes the other two comparable with the library.
+//! - `Faithful`: the library's operations in the library's order as of 2026-11-23 (binary32 fma
+//!   chains). It reproduced the library's timing, leaks included, until the library's chains went
+//!   to binary64 (2026-11-27, docs/audit.md cause 4); it still calls the library's `numerics`
+//!   steps, which changed with them. Its role now: a clean loop under the planted shortcuts.
 //! - `Hardened`: the fixes for the two leaks this harness found in the library (see
 //!   [`Variant::Hardened`]); it should pass.
 //! - `Leaky`: `Hardened` plus two data-dependent shortcuts that real kernels take and that
@@ -22,7 +24,7 @@ use detattn::numerics::{
 /// Which tile loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
-    /// The library's loop, operation for operation.
+    /// The library's loop as of 2026-11-23, operation for operation (module docs).
     Faithful,
     /// `Hardened` with the two planted shortcuts.
     Leaky,

@@ -30,15 +30,16 @@ from planting import ROOT, build
 # every occurrence is replaced (the kernel has a full-tile and a partial-tile copy of some steps).
 PLANTS = [
     (
-        "for (int q = 0; q < RPW; ++q) acc[q] = __fmul_rn(acc[q], as[min(warp + 4 * q, R - 1) * TPS + k]);",
-        "for (int q = 0; q < RPW; ++q) { const float al_ = as[min(warp + 4 * q, R - 1) * TPS + k];"
-        " if (al_ != 1.0f) acc[q] = __fmul_rn(acc[q], al_); }  // PLANTED LEAK (decode chains)",
+        "for (int c = 0; c < CPL; ++c) acc[q][c] = __fmul_rn(acc[q][c], as[min(warp + 4 * q, R - 1) * TPS + k]);",
+        "{ const float al_ = as[min(warp + 4 * q, R - 1) * TPS + k];"
+        " if (al_ != 1.0f) for (int c = 0; c < CPL; ++c) acc[q][c] = __fmul_rn(acc[q][c], al_); }"
+        "  // PLANTED LEAK (decode chains, both shapes)",
     ),
     (
-        "acc[q] = __fmaf_rn(p4.x, v[0], acc[q]);",
+        "acc[q][c] = __fmaf_rn(p4.x, v[0][c], acc[q][c]);",
         "if (p4.x == 0.0f && p4.y == 0.0f && p4.z == 0.0f && p4.w == 0.0f) continue;"
-        "  // PLANTED LEAK (decode chains)\n"
-        "                        acc[q] = __fmaf_rn(p4.x, v[0], acc[q]);",
+        "  // PLANTED LEAK (decode chains, both shapes)\n"
+        "                            acc[q][c] = __fmaf_rn(p4.x, v[0][c], acc[q][c]);",
     ),
     (
         "for (int c = 0; c < NC * 4; ++c) acc[k][c] = __fmul_rn(acc[k][c], alpha);",

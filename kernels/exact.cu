@@ -78,6 +78,17 @@ struct ElemF32 {
         x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
         x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
     }
+    // N = 1 or 4 elements from shared memory aligned to N elements (dec_values).
+    template <int N>
+    __device__ static void widen(const T* s, float (&x)[N]) {
+        static_assert(N == 1 || N == 4, "one or four elements");
+        if constexpr (N == 1) {
+            x[0] = s[0];
+        } else {
+            const float4 a = *reinterpret_cast<const float4*>(s);
+            x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+        }
+    }
     __device__ static unsigned round_bits(float x) { return __float_as_uint(x); }
     __device__ static void store_bits(T* p, long long i, unsigned b) { p[i] = __uint_as_float(b); }
     static constexpr unsigned NAN_BITS = 0x7FC00000u;
@@ -94,6 +105,19 @@ struct ElemF16 {
         for (int k = 0; k < 4; ++k) {
             x[2 * k] = widen1((unsigned short)(u[k] & 0xFFFFu));
             x[2 * k + 1] = widen1((unsigned short)(u[k] >> 16));
+        }
+    }
+    template <int N>
+    __device__ static void widen(const T* s, float (&x)[N]) {
+        static_assert(N == 1 || N == 4, "one or four elements");
+        if constexpr (N == 1) {
+            x[0] = widen1(s[0]);
+        } else {
+            const uint2 w = *reinterpret_cast<const uint2*>(s);
+            x[0] = widen1((unsigned short)(w.x & 0xFFFFu));
+            x[1] = widen1((unsigned short)(w.x >> 16));
+            x[2] = widen1((unsigned short)(w.y & 0xFFFFu));
+            x[3] = widen1((unsigned short)(w.y >> 16));
         }
     }
     // IEEE binary32 -> binary16, round to nearest even, subnormals kept.
@@ -113,6 +137,19 @@ struct ElemBf16 {
         for (int k = 0; k < 4; ++k) {
             x[2 * k] = __uint_as_float(u[k] << 16);
             x[2 * k + 1] = __uint_as_float(u[k] & 0xFFFF0000u);
+        }
+    }
+    template <int N>
+    __device__ static void widen(const T* s, float (&x)[N]) {
+        static_assert(N == 1 || N == 4, "one or four elements");
+        if constexpr (N == 1) {
+            x[0] = widen1(s[0]);
+        } else {
+            const uint2 w = *reinterpret_cast<const uint2*>(s);
+            x[0] = __uint_as_float(w.x << 16);
+            x[1] = __uint_as_float(w.x & 0xFFFF0000u);
+            x[2] = __uint_as_float(w.y << 16);
+            x[3] = __uint_as_float(w.y & 0xFFFF0000u);
         }
     }
     // §7: (b + 0x7FFF + ((b >> 16) & 1)) >> 16 on finite b, unsigned 32-bit.
@@ -921,7 +958,7 @@ extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic
 // them anywhere, one block per (tile of keys, KV head), with each tile's maximum; the prefix
 // maximum of the tile maxima is exact, so `dec_weights` recomputes it in any block and turns the
 // scores into the weights p and the tiles' alpha, once; and the chains of §4 are one per (row,
-// column d), independent across d, so `dec_values` runs them in blocks of DEC_DS columns (and
+// column d), independent across d, so `dec_values` runs them in blocks of 32 or 128 columns (and
 // the rows' l chains in one more block), each chain sequential over the keys as §4 says.
 // `dec_finish` divides and writes. The rows of one
 // launch are the R = group·Sq query rows that read one KV head (r = hg·Sq + i, query head
@@ -941,10 +978,7 @@ constexpr int DEC_KT = 256;        // keys per dec_scores / dec_scores_wide bloc
 constexpr int DEC_WK = 4;          // dec_weights: DEC_KT-key groups per block (DEC_WK · DEC_KT keys)
 constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)
 constexpr int DEC_ST = TILE;       // dec_scores: threads, one key each, one tile per block
-constexpr int DEC_DS = 32;         // columns per dec_values block (a warp's lanes)
-constexpr int DEC_VT = 128;        // threads of dec_values: four chain warps
-constexpr int DEC_VK = 128;        // keys per dec_values stage (two tiles)
-constexpr int DEC_PS = DEC_VK + 4; // row stride of a stage's weights (floats): rows in distinct banks
+constexpr int DEC_VT = 128;        // dec_values' chain warps: four (its shapes: DecVShape)
 constexpr unsigned DEC_INVALID = 0x7FC00000u;
 
 // The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 304 bytes). The
@@ -1518,123 +1552,161 @@ __device__ void dec_weights(const DecParams& P) {
     }
 }
 
-// The chains of §4 for DEC_DS columns (slice blockIdx.x < nslice) of the R rows of one KV head,
-// or, in block nslice, the rows' l chains (§4: the same chain with v = 1, so no column block
-// pays for it). Stages of DEC_VK keys (two tiles) go through a ring of NS buffers in shared
-// memory by cp.async: a stage's V slice raw, its weights p (dec_weights) and its tiles' alpha.
-// Thread (warp w, lane c) runs column c of rows w + 4k (k < RPW) sequentially over the keys; lane
-// r of warp 0 of the l block runs row r's l. Each thread widens its V elements itself (§1:
-// exact) as it reads them from the stage, a key at a time.
+// The chains of §4 for the columns of slice blockIdx.x < nslice of the R rows of one KV head, and
+// the rows' l chains (§4: the same chain with v = 1, so no column block pays for it). Stages of
+// VK keys go through a ring of NS buffers in shared memory by cp.async: a stage's V slice raw,
+// its weights p (dec_weights) and its tiles' alpha. Thread (warp w < 4, lane c) runs the CPL
+// columns CPL·c … CPL·c + CPL − 1 of the slice for rows w + 4k (k < RPW), each chain sequential
+// over the keys; lane r of the l warp runs row r's l. Each thread widens its V elements itself
+// (§1: exact) as it reads them from the stage, a key at a time. Two shapes, the same chains and
+// so the same bits; the host picks one by the number of KV heads (public):
+// - narrow (W false): 32 columns a block, a column a lane, stages of two tiles, the l chains in
+//   one more block (blockIdx.x = nslice). Many blocks with little work a key: a launch of few KV
+//   heads (dec1: 8 heads) needs every chain it can run at once.
+// - wide (W true): 128 columns a block, four adjacent columns a lane (one 8-byte shared load a
+//   key for 2-byte V), stages of one tile, a fifth warp running the l chains in slice 0. A V key
+//   row then leaves shared memory to the four row warps only (not to 16 warps of four blocks)
+//   and the weights leave L2 once per KV head (not five times): with many heads the narrow
+//   shape is bound by shared-memory wavefronts (docs/perf.md).
 // RP: the rows the stage has room for, DEC_R or (when R ≤ 4, the usual decode) 4: a smaller
 // stage lets more blocks share an SM.
-template <class E, int RP>
-struct DecVLayout {
+template <class E, bool W>
+struct DecVShape {
     static constexpr int ES = (int)sizeof(typename E::T);
-    static constexpr int NS = 4;                             // stages in the ring
-    static constexpr int VBYTES = DEC_VK * DEC_DS * ES;      // V [DEC_VK][DEC_DS], raw
-    static constexpr int PBYTES = RP * DEC_PS * 4;           // p [RP][DEC_PS]
-    static constexpr int ABYTES = RP * (DEC_VK / TILE) * 4;  // alpha [RP][tiles]
+    static constexpr int DS = W ? 128 : 32;             // columns a block
+    static constexpr int CPL = DS / 32;                 // columns a lane
+    static constexpr int VK = W ? TILE : 2 * TILE;      // keys a stage
+    static constexpr int TPS = VK / TILE;               // tiles a stage
+    static constexpr int NS = (W && ES == 4) ? 2 : 4;   // stages in the ring (wide f32: within 99 KB)
+    static constexpr int PS = VK + 4;                   // row stride of a stage's weights (floats): rows in distinct banks
+};
+template <class E, int RP, bool W>
+struct DecVLayout {
+    typedef DecVShape<E, W> Sh;
+    static constexpr int NS = Sh::NS;
+    static constexpr int VBYTES = Sh::VK * Sh::DS * Sh::ES;  // V [VK][DS], raw
+    static constexpr int PBYTES = RP * Sh::PS * 4;           // p [RP][PS]
+    static constexpr int ABYTES = RP * Sh::TPS * 4;          // alpha [RP][tiles]
     static constexpr int STAGE = VBYTES + PBYTES + ABYTES;
     static constexpr int SMEM = NS * STAGE;                  // dynamic shared bytes (host: values_smem)
 };
 constexpr int DEC_RSMALL = 4;  // the smaller stage's rows
-static_assert(DecVLayout<ElemF32, DEC_R>::STAGE % 16 == 0 && DecVLayout<ElemF16, DEC_R>::STAGE % 16 == 0 &&
-                  DecVLayout<ElemF32, DEC_RSMALL>::STAGE % 16 == 0 && DecVLayout<ElemF16, DEC_RSMALL>::STAGE % 16 == 0,
-              "16-byte stages");
-static_assert(DecVLayout<ElemF32, DEC_R>::SMEM <= 101376 && DecVLayout<ElemF16, DEC_R>::SMEM <= 101376,
-              "one block within sm_86/sm_89/sm_120's 99 KB");
+template <bool W>
+__host__ __device__ constexpr bool dec_stages_fit() {
+    return DecVLayout<ElemF32, DEC_R, W>::STAGE % 16 == 0 && DecVLayout<ElemF16, DEC_R, W>::STAGE % 16 == 0 &&
+           DecVLayout<ElemF32, DEC_RSMALL, W>::STAGE % 16 == 0 && DecVLayout<ElemF16, DEC_RSMALL, W>::STAGE % 16 == 0 &&
+           DecVLayout<ElemF32, DEC_R, W>::SMEM <= 101376 && DecVLayout<ElemF16, DEC_R, W>::SMEM <= 101376;
+}
+static_assert(dec_stages_fit<false>() && dec_stages_fit<true>(),
+              "16-byte stages, one block within sm_86/sm_89/sm_120's 99 KB");
 
 // dec_values' loads, one stage at a time into its buffer of the ring: the V slice (not in the l
-// block), the weights of the R rows and their tiles' alpha. What a thread copies is the same in
-// every stage but for the stage's first key, so its addresses are formed once and stepped by a
-// stage (public: positions and strides); that keeps the chain warps' issue slots for the chains.
-template <class E, int RP, bool LBLOCK>
+// block), the weights of the R rows and their tiles' alpha, issued by the four chain warps (the
+// l warp copies nothing). What a thread copies is the same in every stage but for the stage's
+// first key, so its addresses are formed once and stepped by a stage (public: positions and
+// strides); that keeps the chain warps' issue slots for the chains.
+template <class E, int RP, bool LBLOCK, bool W>
 struct DecVLoads {
     typedef typename E::T T;
-    typedef DecVLayout<E, RP> Lay;
-    static constexpr int VU = DEC_DS * Lay::ES / 16;   // 16-byte units of a row of the slice
-    static constexpr int EU = 16 / Lay::ES;            // elements per unit
-    static constexpr int VROWS = DEC_VT / VU;          // rows a pass of the block copies
-    static constexpr int TPS = DEC_VK / TILE;
+    typedef DecVShape<E, W> Sh;
+    typedef DecVLayout<E, RP, W> Lay;
+    static constexpr int VU = Sh::DS * Sh::ES / 16;  // 16-byte units of a row of the slice
+    static constexpr int EU = 16 / Sh::ES;           // elements per unit
+    static constexpr int VROWS = DEC_VT / VU;        // rows a pass of the block copies
+    static constexpr int PU = Sh::VK / 4;            // 16-byte units of a stage's weight row
+    static constexpr int PROWS = DEC_VT / PU;        // weight rows a pass copies
     const T* vb;      // the slice's first column, key 0
     int n;            // columns of the slice that exist
     const T* v0;      // this thread's unit of its first row, key 0
     long long vstep;  // elements from a row to the row VROWS further
     int vrow, vok;    // that first row (0 .. VROWS-1), and whether its unit holds columns that exist
-    const float* x0;  // weights of row `warp`, this lane's unit, key 0
+    const float* x0;  // weights of row tid >> PUL, this thread's unit, key 0
     const float* a0;  // alpha of (row tid / TPS, tile tid % TPS) of tile 0
+    // The weight row a thread copies first and its unit in the row: shifts (PU is a power of two).
+    static constexpr int PUL = PU == 32 ? 5 : 4;
+    static_assert(PU == 1 << PUL, "PU a power of two");
     __device__ __forceinline__ DecVLoads(const DecParams& P, const T* vbase, long long rbase, int ntile, int dlim) {
         const int tid = threadIdx.x, u = tid % VU;
         vb = vbase;
-        n = min(DEC_DS, dlim);
+        n = min(Sh::DS, dlim);
         vrow = tid / VU;
         vok = u * EU < n;
         v0 = vbase + (long long)vrow * P.v_ss + (vok ? u * EU : 0);
         vstep = (long long)VROWS * P.v_ss;
-        x0 = P.x + (rbase + (tid >> 5)) * P.xpad + 4 * (tid & 31);
-        a0 = P.al + (rbase + min(tid / TPS, P.R - 1)) * ntile + tid % TPS;
+        x0 = P.x + (rbase + (tid >> PUL)) * P.xpad + 4 * (tid & (PU - 1));
+        a0 = P.al + (rbase + min(tid / Sh::TPS, P.R - 1)) * ntile + tid % Sh::TPS;
     }
     __device__ __forceinline__ void issue(const DecParams& P, unsigned char* dsb, int st, int nst) const {
         const int tid = threadIdx.x, R = P.R;
-        if (st < nst) {
+        if (st < nst) {  // position
             unsigned char* sb = dsb + (st % Lay::NS) * Lay::STAGE;
-            const int j0 = st * DEC_VK;
+            const int j0 = st * Sh::VK;
             if (!LBLOCK) {
                 if (P.v_vec) {  // a launch fact
                     const T* g = v0 + (long long)j0 * P.v_ss;
-                    unsigned char* d = sb + vrow * (DEC_DS * Lay::ES) + (tid % VU) * 16;
+                    unsigned char* d = sb + vrow * (Sh::DS * Sh::ES) + (tid % VU) * 16;
                     auto pass = [&](int i) {
                         const bool ok = vok && j0 + vrow + i * VROWS < P.Skv;
-                        cp_async16z(d + i * VROWS * (DEC_DS * Lay::ES), ok ? g : v0, ok);
+                        cp_async16z(d + i * VROWS * (Sh::DS * Sh::ES), ok ? g : v0, ok);
                         g += vstep;
                     };
-                    // (Unrolled or not by element size: what keeps every architecture's ptxas
-                    // from putting a value on the stack, which the audit forbids.)
-                    if (Lay::ES == 4) {
+                    // (Unrolled or not by element size and shape: what keeps every
+                    // architecture's ptxas from putting a value on the stack, which the audit
+                    // forbids.)
+                    if (Sh::ES == 4 || W) {
 #pragma unroll 1
-                        for (int i = 0; i < DEC_VK / VROWS; ++i) pass(i);
+                        for (int i = 0; i < Sh::VK / VROWS; ++i) pass(i);
                     } else {
 #pragma unroll
-                        for (int i = 0; i < DEC_VK / VROWS; ++i) pass(i);
+                        for (int i = 0; i < Sh::VK / VROWS; ++i) pass(i);
                     }
                 } else {
-                    dec_rows_scalar<E, DEC_VT>(sb, DEC_DS * Lay::ES, vb, P.v_ss, j0, DEC_VK, P.Skv, VU, n);
+                    dec_rows_scalar<E, DEC_VT>(sb, Sh::DS * Sh::ES, vb, P.v_ss, j0, Sh::VK, P.Skv, VU, n);
                 }
             }
-            float* ps = reinterpret_cast<float*>(sb + Lay::VBYTES) + (tid >> 5) * DEC_PS + 4 * (tid & 31);
+            float* ps = reinterpret_cast<float*>(sb + Lay::VBYTES) + (tid >> PUL) * Sh::PS + 4 * (tid & (PU - 1));
             const float* g = x0 + j0;
-            for (int r = tid >> 5; r < R; r += DEC_VT / 32) {  // public bound
+            for (int r = tid >> PUL; r < R; r += PROWS) {  // public bound
                 cp_async16(ps, g);
-                ps += (DEC_VT / 32) * DEC_PS;
-                g += (long long)(DEC_VT / 32) * P.xpad;
+                ps += PROWS * Sh::PS;
+                g += (long long)PROWS * P.xpad;
             }
             float* as = reinterpret_cast<float*>(sb + Lay::VBYTES + Lay::PBYTES);
-            if (tid < R * TPS) cp_async4(as + tid, a0 + st * TPS);
+            if (tid < R * Sh::TPS) cp_async4(as + tid, a0 + st * Sh::TPS);
         }
         cp_commit();
     }
 };
 
-template <class E, int RP, int RPW, bool PROP, bool LBLOCK>
+template <class E, int RP, int RPW, bool PROP, bool LBLOCK, bool W>
 __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead& H, int slice, unsigned char* dsb) {
     typedef typename E::T T;
-    typedef DecVLayout<E, RP> Lay;
-    constexpr int TPS = DEC_VK / TILE;  // tiles per stage
-    constexpr int NS = Lay::NS;
+    typedef DecVShape<E, W> Sh;
+    typedef DecVLayout<E, RP, W> Lay;
+    constexpr int TPS = Sh::TPS, CPL = Sh::CPL, NS = Lay::NS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int R = P.R;
     const int ntile = P.xpad / TILE;
     const long long rbase = (long long)H.bkv * R;
-    const int nst = (H.kl + DEC_VK - 1) / DEC_VK;  // stages up to the last row's last valid key
-    const int c0 = LBLOCK ? 0 : slice * DEC_DS;
-    const int dlim = P.D - c0;  // columns of the slice that exist: min(DEC_DS, dlim)
+    const int nst = (H.kl + Sh::VK - 1) / Sh::VK;  // stages up to the last row's last valid key
+    const int c0 = LBLOCK ? 0 : slice * Sh::DS;
+    const int dlim = P.D - c0;  // columns of the slice that exist: min(DS, dlim)
     const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + c0;
-    const DecVLoads<E, RP, LBLOCK> loads(P, vbase, rbase, ntile, dlim);
-    float acc[RPW];
+    const DecVLoads<E, RP, LBLOCK, W> loads(P, vbase, rbase, ntile, dlim);
+    // Who runs what, by position: the l chains (warp 0 of the l block), the column chains (the
+    // warps holding a row; in the wide shape they run their rows' l chains too).
+    const bool lrun = LBLOCK && warp == 0;
+    const bool crun = !LBLOCK && warp < R;
+    float acc[RPW][CPL];
 #pragma unroll
-    for (int k = 0; k < RPW; ++k) acc[k] = 0.0f;
-    float l = 0.0f;
-    unsigned bad = 0u;  // bit k: a valid key of row warp + 4k has a non-finite V element in this column
+    for (int k = 0; k < RPW; ++k)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) acc[k][c] = 0.0f;
+    float l = 0.0f;        // the l block's chain (lane r: row r)
+    float lq[RPW];         // the wide shape's l chains, of the thread's rows
+#pragma unroll
+    for (int q = 0; q < RPW; ++q) lq[q] = 0.0f;
+    unsigned bad = 0u;  // bit k: a valid key of row warp + 4k has a non-finite V element in this lane's columns
     const int lrow = min(lane, R - 1);
 #pragma unroll 1
     for (int st = 0; st < NS - 1; ++st) loads.issue(P, dsb, st, nst);
@@ -1648,48 +1720,67 @@ __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead
         const float* ps = reinterpret_cast<const float*>(sb + Lay::VBYTES);
         const float* as = reinterpret_cast<const float*>(sb + Lay::VBYTES + Lay::PBYTES);
         // Alpha multiplies the chains before each tile's first key.
-        if (LBLOCK) {
-            if (warp == 0) {  // public
-                const float* pr = ps + lrow * DEC_PS;
+        if (lrun) {  // public
+            const float* pr = ps + lrow * Sh::PS;
 #pragma unroll
-                for (int k = 0; k < TPS; ++k) {
-                    l = __fmul_rn(l, as[lrow * TPS + k]);
+            for (int k = 0; k < TPS; ++k) {
+                l = __fmul_rn(l, as[lrow * TPS + k]);
 #pragma unroll 4
-                    for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
-                        const float4 p4 = *reinterpret_cast<const float4*>(pr + jj);
-                        l = __fadd_rn(l, p4.x);
-                        l = __fadd_rn(l, p4.y);
-                        l = __fadd_rn(l, p4.z);
-                        l = __fadd_rn(l, p4.w);
-                    }
+                for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
+                    const float4 p4 = *reinterpret_cast<const float4*>(pr + jj);
+                    l = __fadd_rn(l, p4.x);
+                    l = __fadd_rn(l, p4.y);
+                    l = __fadd_rn(l, p4.z);
+                    l = __fadd_rn(l, p4.w);
                 }
             }
-        } else if (warp < R) {  // public
+        } else if (crun) {  // public
 #pragma unroll
             for (int k = 0; k < TPS; ++k) {
 #pragma unroll
-                for (int q = 0; q < RPW; ++q) acc[q] = __fmul_rn(acc[q], as[min(warp + 4 * q, R - 1) * TPS + k]);
+                for (int q = 0; q < RPW; ++q) {
 #pragma unroll
+                    for (int c = 0; c < CPL; ++c) acc[q][c] = __fmul_rn(acc[q][c], as[min(warp + 4 * q, R - 1) * TPS + k]);
+                    if (W) lq[q] = __fmul_rn(lq[q], as[min(warp + 4 * q, R - 1) * TPS + k]);
+                }
+                // (The wide shape's four times longer body unrolled four times (f32: not at all),
+                // not sixteen: fully unrolled, the ptxas of sm_100 and sm_120 put a value on
+                // the stack.)
+#pragma unroll(W ? 4 : TILE / 4)
                 for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
-                    float v[4];
-                    unsigned vb[4];
+                    float v[4][CPL];
+                    unsigned vb[4];  // all ones when one of the lane's V elements of the key is non-finite
 #pragma unroll
                     for (int u = 0; u < 4; ++u) {
-                        v[u] = E::widen1(vs[(jj + u) * DEC_DS + lane]);
+                        E::template widen<CPL>(vs + (jj + u) * Sh::DS + CPL * lane, v[u]);
                         vb[u] = 0u;
                         if (PROP) {
-                            vb[u] = nonfinite_mask(v[u]);
-                            v[u] = sanitize(v[u]);
+                            vb[u] = nonfinite_mask(v[u][0]);
+                            v[u][0] = sanitize(v[u][0]);
+#pragma unroll
+                            for (int c = 1; c < CPL; ++c) {
+                                vb[u] |= nonfinite_mask(v[u][c]);
+                                v[u][c] = sanitize(v[u][c]);
+                            }
                         }
                     }
 #pragma unroll
                     for (int q = 0; q < RPW; ++q) {
                         const float4 p4 =
-                            *reinterpret_cast<const float4*>(ps + min(warp + 4 * q, R - 1) * DEC_PS + jj);
-                        acc[q] = __fmaf_rn(p4.x, v[0], acc[q]);
-                        acc[q] = __fmaf_rn(p4.y, v[1], acc[q]);
-                        acc[q] = __fmaf_rn(p4.z, v[2], acc[q]);
-                        acc[q] = __fmaf_rn(p4.w, v[3], acc[q]);
+                            *reinterpret_cast<const float4*>(ps + min(warp + 4 * q, R - 1) * Sh::PS + jj);
+#pragma unroll
+                        for (int c = 0; c < CPL; ++c) {
+                            acc[q][c] = __fmaf_rn(p4.x, v[0][c], acc[q][c]);
+                            acc[q][c] = __fmaf_rn(p4.y, v[1][c], acc[q][c]);
+                            acc[q][c] = __fmaf_rn(p4.z, v[2][c], acc[q][c]);
+                            acc[q][c] = __fmaf_rn(p4.w, v[3][c], acc[q][c]);
+                        }
+                        if (W) {  // the row's l chain (every lane and slice runs it; slice 0's lane 0 stores it)
+                            lq[q] = __fadd_rn(lq[q], p4.x);
+                            lq[q] = __fadd_rn(lq[q], p4.y);
+                            lq[q] = __fadd_rn(lq[q], p4.z);
+                            lq[q] = __fadd_rn(lq[q], p4.w);
+                        }
                         if (PROP) {
                             // A valid key has p ≠ 0 (dec_weights); a selection, not a branch.
                             const unsigned hit = (mask_of(p4.x != 0.0f) & vb[0]) | (mask_of(p4.y != 0.0f) & vb[1]) |
@@ -1701,21 +1792,23 @@ __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead
             }
         }
     }
-    if (LBLOCK) {
-        if (warp == 0 && lane < R) P.l[rbase + lane] = l;
-    } else {
+    if (LBLOCK && lrun && lane < R) P.l[rbase + lane] = l;  // public
+    if (LBLOCK) return;
+    {
 #pragma unroll
         for (int q = 0; q < RPW; ++q) {
             const int r = warp + 4 * q;
-            if (r < R && lane < dlim) P.acc[(rbase + r) * P.D + c0 + lane] = acc[q];  // public
+            if (W && slice == 0 && lane == 0 && r < R) P.l[rbase + r] = lq[q];  // public
+#pragma unroll
+            for (int c = 0; c < CPL; ++c)
+                if (r < R && CPL * lane + c < dlim) P.acc[(rbase + r) * P.D + c0 + CPL * lane + c] = acc[q][c];  // public
         }
     }
-    if (LBLOCK) return;
     // The slice's bad-V flag per row (§7), ORed over the block: exact and order-free.
     __shared__ unsigned redb[DEC_VT / 32];
     unsigned rows = 0u;  // bit r: row r
 #pragma unroll
-    for (int q = 0; q < RPW; ++q) rows |= (lane < dlim ? (bad >> q) & 1u : 0u) << min(warp + 4 * q, 31);
+    for (int q = 0; q < RPW; ++q) rows |= (CPL * lane < dlim ? (bad >> q) & 1u : 0u) << min(warp + 4 * q, 31);
     for (int o = 16; o > 0; o >>= 1) rows |= __shfl_xor_sync(0xFFFFFFFFu, rows, o);
     if (lane == 0) redb[warp] = rows;
     __syncthreads();
@@ -1727,25 +1820,26 @@ __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead
     }
 }
 
-template <class E>
+template <class E, bool W>
 __device__ void dec_values(const DecParams& P) {
     extern __shared__ __align__(16) unsigned char dsb[];
     const DecHead H = dec_head(P);
     const int slice = (int)blockIdx.x;
     // The stage's rows and the rows per warp at compile time (R: public; the host sizes the
     // shared memory by R the same way); non-finite handling by the policy.
-#define DA_VR(RP, RPW)                                                                \
-    do {                                                                              \
-        if (P.propagate) dec_values_run<E, RP, RPW, true, false>(P, H, slice, dsb);  \
-        else dec_values_run<E, RP, RPW, false, false>(P, H, slice, dsb);             \
+#define DA_VR(RP, RPW)                                                                   \
+    do {                                                                                 \
+        if (P.propagate) dec_values_run<E, RP, RPW, true, false, W>(P, H, slice, dsb);  \
+        else dec_values_run<E, RP, RPW, false, false, W>(P, H, slice, dsb);             \
     } while (0)
+    // (slice == nslice: the narrow shape's l block, by position.)
     if (P.R <= DEC_RSMALL) {
-        if (slice == P.nslice)  // the l block (position)
-            dec_values_run<E, DEC_RSMALL, 1, false, true>(P, H, slice, dsb);
+        if (!W && slice == P.nslice)
+            dec_values_run<E, DEC_RSMALL, 1, false, true, false>(P, H, slice, dsb);
         else
             DA_VR(DEC_RSMALL, 1);
-    } else if (slice == P.nslice) {
-        dec_values_run<E, DEC_R, 1, false, true>(P, H, slice, dsb);
+    } else if (!W && slice == P.nslice) {
+        dec_values_run<E, DEC_R, 1, false, true, false>(P, H, slice, dsb);
     } else if (P.R <= 8) {
         DA_VR(DEC_R, 2);
     } else {
@@ -1810,12 +1904,15 @@ __device__ void dec_finish(const DecParams& P) {
 // dec_scores declares ten blocks per SM as its minimum (96 registers): with one, ptxas took up
 // to 217 registers once the K copy was by units (8 blocks), and without any the ptxas of sm_86
 // and sm_120 kept a value on the stack (the audit forbids local memory); dec_values must not
-// (with any minimum, ptxas puts its chains' arrays on the stack).
+// (with any minimum, ptxas puts its chains' arrays on the stack); dec_values_wide declares one
+// (without it, the ptxas of sm_100 and sm_120 kept addresses on the stack; with it, 210-227
+// registers on sm_80-sm_90, two blocks an SM: audit/rules.toml).
 #define DA_DEC(E, SUF)                                                                                          \
     extern "C" __global__ void __launch_bounds__(DEC_ST, 10) detattn_dec_scores_##SUF(const DecParams P) { dec_scores<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_scores_wide_##SUF(const DecParams P) { dec_scores_wide<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_weights_##SUF(const DecParams P) { dec_weights<E>(P); } \
-    extern "C" __global__ void __launch_bounds__(DEC_VT) detattn_dec_values_##SUF(const DecParams P) { dec_values<E>(P); } \
+    extern "C" __global__ void __launch_bounds__(DEC_VT) detattn_dec_values_##SUF(const DecParams P) { dec_values<E, false>(P); } \
+    extern "C" __global__ void __launch_bounds__(DEC_VT, 1) detattn_dec_values_wide_##SUF(const DecParams P) { dec_values<E, true>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_FT) detattn_dec_finish_##SUF(const DecParams P) { dec_finish<E>(P); }
 DA_DEC(ElemF32, f32)
 DA_DEC(ElemF16, f16)
@@ -1827,12 +1924,17 @@ DA_DEC(ElemBf16, bf16)
 // the score rows), dec_finish threads, the largest head dim of dec_scores (past it
 // dec_scores_wide), dec_values' dynamic shared bytes for 2-byte and for 4-byte elements, groups
 // per dec_weights block, the rows of dec_values' smaller stage, and its dynamic shared bytes for
-// 2-byte and 4-byte elements (dec_values takes the smaller stage when R is at most its rows)}.
+// 2-byte and 4-byte elements (dec_values takes the smaller stage when R is at most its rows),
+// then the same for dec_values_wide: threads, columns, dynamic shared bytes (2-byte, 4-byte) of
+// the stage of DEC_R rows and of the smaller stage}.
 // dec_scores takes dec_scores_smem(D, element size, R) dynamic shared bytes, which the host mirrors.
-extern "C" __constant__ int detattn_dec_cfg[14] = {DEC_R, DEC_NT, DEC_ST, DEC_VT, DEC_DS, DEC_KT, DEC_FT, DEC_DMAX,
-                                                   DecVLayout<ElemF16, DEC_R>::SMEM, DecVLayout<ElemF32, DEC_R>::SMEM, DEC_WK,
-                                                   DEC_RSMALL, DecVLayout<ElemF16, DEC_RSMALL>::SMEM,
-                                                   DecVLayout<ElemF32, DEC_RSMALL>::SMEM};
+extern "C" __constant__ int detattn_dec_cfg[20] = {
+    DEC_R, DEC_NT, DEC_ST, DEC_VT, DecVShape<ElemF32, false>::DS, DEC_KT, DEC_FT, DEC_DMAX,
+    DecVLayout<ElemF16, DEC_R, false>::SMEM, DecVLayout<ElemF32, DEC_R, false>::SMEM, DEC_WK,
+    DEC_RSMALL, DecVLayout<ElemF16, DEC_RSMALL, false>::SMEM, DecVLayout<ElemF32, DEC_RSMALL, false>::SMEM,
+    DEC_VT, DecVShape<ElemF32, true>::DS,
+    DecVLayout<ElemF16, DEC_R, true>::SMEM, DecVLayout<ElemF32, DEC_R, true>::SMEM,
+    DecVLayout<ElemF16, DEC_RSMALL, true>::SMEM, DecVLayout<ElemF32, DEC_RSMALL, true>::SMEM};
 
 // ------------------------------------------------------------------------------ paged KV gather
 

@@ -147,6 +147,11 @@ for s in "${STAGES[@]}"; do
         "--dtype f32 --batch 1 --q-heads 16 --kv-heads 1 --q-len 1 --kv-len 1100 --head-dim 256 --mask shared --nonfinite propagate"
         "--dtype bf16 --batch 1 --q-heads 6 --kv-heads 2 --q-len 2 --kv-len 333 --head-dim 100 --layout bshd --causal"
         "--dtype f16 --batch 3 --q-heads 2 --kv-heads 2 --q-len 1 --kv-len 2000 --head-dim 80 --kv-lens 2000,0,1999"
+        # dec_values_wide (batch · kv_heads · ⌈head_dim / 128⌉ ≥ 128): a mask and Propagate; f32
+        # at D 256 (two slices); 16 rows a KV head at D 100 (element copies), bshd, causal.
+        "--dtype bf16 --batch 64 --q-heads 8 --kv-heads 2 --q-len 1 --kv-len 700 --head-dim 128 --mask full --nonfinite propagate"
+        "--dtype f32 --batch 64 --q-heads 16 --kv-heads 1 --q-len 1 --kv-len 300 --head-dim 256 --mask shared"
+        "--dtype f16 --batch 128 --q-heads 4 --kv-heads 1 --q-len 4 --kv-len 200 --head-dim 100 --layout bshd --causal"
       )
       sanitize_all decsan 120 ;;
     tcdecsan)
@@ -260,10 +265,15 @@ for s in "${STAGES[@]}"; do
       # The decode kernels (group · q_len = 1): one query row per head against 1024 keys.
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --q-len 1 --kv-len 1024 \
         --heads 8 --head-dim 128 --dtype bf16 --json-out "$OUT/dudect-decode-bf16-d128.json"
+      # dec_values_wide: 32 batch elements x 4 KV heads (128 blocks of 128 columns).
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --batch 32 --q-len 1 --kv-len 256 \
+        --heads 4 --head-dim 128 --dtype bf16 --json-out "$OUT/dudect-decode-wide-bf16-d128.json"
       if [ -d .carry/cubin-leaky ]; then
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 --expect-leak
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 \
           --q-len 1 --kv-len 1024 --heads 8 --head-dim 128 --dtype bf16 --expect-leak
+        DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 \
+          --batch 32 --q-len 1 --kv-len 256 --heads 4 --head-dim 128 --dtype bf16 --expect-leak
       fi ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac

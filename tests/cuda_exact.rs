@@ -187,6 +187,9 @@ enum Sizes {
     Big,
     /// `group · q_len ≤ 16` (the decode kernels), up to 9000 keys (several stages, partial ones).
     Decode,
+    /// Decode shapes with enough KV heads (`batch · kv_heads · ⌈head_dim / 128⌉ ≥ 128`) for the
+    /// wide values kernel (src/cuda/exact.rs: `DEC_WIDE_MIN_BLOCKS`), up to 1200 keys.
+    DecodeWide,
 }
 
 /// One random problem description from a seed.
@@ -199,7 +202,7 @@ fn random_problem(rng: &mut SplitMix64, sizes: Sizes) -> (Problem, DType, i32, u
     let d = DIMS[r(DIMS.len() as u64)];
     let hkv = 1 + r(3);
     let group = 1 + r(3);
-    let b = 1 + r(3);
+    let mut b = 1 + r(3);
     let (group, sq, skv) = match sizes {
         Sizes::Small => (group, 1 + r(70), 1 + r(150)),
         Sizes::Big => (group, 1 + r(300), 1 + r(700)),
@@ -207,6 +210,12 @@ fn random_problem(rng: &mut SplitMix64, sizes: Sizes) -> (Problem, DType, i32, u
             let g = [1, 2, 4, 8, 16][r(5)];
             let skv = if r(8) == 0 { 1 + r(9000) } else { 1 + r(3000) };
             (g, 1 + r(16 / g as u64), skv)
+        }
+        Sizes::DecodeWide => {
+            // From just past the threshold up to about twice it.
+            b = 128usize.div_ceil(hkv * d.div_ceil(128)) + r(40);
+            let g = [1, 2, 4, 8, 16][r(5)];
+            (g, 1 + r(16 / g as u64), 1 + r(1200))
         }
     };
     let dtype = [DType::F32, DType::F16, DType::Bf16][r(3)];
@@ -361,6 +370,26 @@ fn decode_kernels_bit_identical_to_cpu() {
 }
 
 #[test]
+fn wide_decode_kernel_bit_identical_to_cpu() {
+    // Decodes with many KV heads take dec_values_wide (128 columns a block) in place of
+    // dec_values: the same chains, so the same bits as the CPU, with every option and entry.
+    let Some(gpu) = gpu("wide_decode_kernel_bit_identical_to_cpu") else {
+        return;
+    };
+    let n = 60;
+    let run = random_vs_cpu(&gpu, 0x5EED_0DEE, n, |_| Sizes::DecodeWide);
+    assert!(run.shapes.iter().all(
+        |s| s.group() * s.q_len <= 16 && s.batch * s.kv_heads * s.head_dim.div_ceil(128) >= 128
+    ));
+    eprintln!(
+        "{n} random wide decode problems (f32/f16/bf16: {:?}), {} mismatches",
+        run.kinds,
+        run.failures.len()
+    );
+    assert!(run.failures.is_empty(), "{}", run.failures.join("\n"));
+}
+
+#[test]
 fn golden_digests_reproduced_on_gpu() {
     let Some(gpu) = gpu("golden_digests_reproduced_on_gpu") else {
         return;
@@ -478,13 +507,40 @@ fn d3_decode_rows_equal_causal_prefill() {
                     .collect()
             };
             let out = gpu.run(&dec, &q, &cache(&c.k), &cache(&c.v), None).unwrap();
+            // The same decode repeated over enough batch elements for the wide values kernel
+            // (batch · kv_heads · ⌈d / 128⌉ ≥ 128): every copy gives the prefill row too.
+            let nb = 128usize.div_ceil(hkv * d.div_ceil(128));
+            let rep = |x: &[T]| -> Vec<T> { (0..nb).flat_map(|_| x.to_vec()).collect() };
+            let wide = Problem::builder(Shape::new(nb, hq, hkv, 1, i + 1, d))
+                .causal(true)
+                .build()
+                .unwrap();
+            let outw = gpu
+                .run(
+                    &wide,
+                    &rep(&q),
+                    &rep(&cache(&c.k)),
+                    &rep(&cache(&c.v)),
+                    None,
+                )
+                .unwrap();
             for h in 0..hq {
+                let want = bits(&prefill[(h * s + i) * d..(h * s + i + 1) * d]);
                 assert_eq!(
                     bits(&out[h * d..(h + 1) * d]),
-                    bits(&prefill[(h * s + i) * d..(h * s + i + 1) * d]),
+                    want,
                     "{} d {d} row {i} head {h}",
                     T::DTYPE
                 );
+                for bi in [0, nb / 2, nb - 1] {
+                    let o = (bi * hq + h) * d;
+                    assert_eq!(
+                        bits(&outw[o..o + d]),
+                        want,
+                        "{} d {d} row {i} head {h}, batch {bi} of {nb} (wide values kernel)",
+                        T::DTYPE
+                    );
+                }
             }
         }
         rows.len() * hq

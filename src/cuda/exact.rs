@@ -7,7 +7,8 @@
 //! head_dim) or the generic kernel above. Decode-shaped problems (`group · q_len ≤ 16`: one token,
 //! or a few for speculative decoding) take four other kernels instead, which spread one KV head's
 //! work over the whole GPU (`dec_scores` — `dec_scores_wide` past head dim 256 — `dec_weights`,
-//! `dec_values`, `dec_finish`: kernels/exact.cu explains why that keeps every bit) and read K and V
+//! `dec_values` — `dec_values_wide` when the launch has many KV heads — `dec_finish`:
+//! kernels/exact.cu explains why that keeps every bit) and read K and V
 //! in the caller's dtype, once, with no prepare pass.
 //! The choice depends on the shape only, and every kernel produces the bits of
 //! docs/numerics.md, so it never changes the output.
@@ -202,6 +203,12 @@ struct DecCfg {
     values_smem: [[u32; 2]; 2],
     /// Rows of `dec_values`' smaller stage.
     small_rows: usize,
+    /// Threads of `dec_values_wide` (its four chain warps and the warp of the rows' `l`).
+    wide_threads: u32,
+    /// Columns per `dec_values_wide` block.
+    wide_cols: usize,
+    /// Dynamic shared bytes of `dec_values_wide`, indexed as `values_smem`.
+    wide_smem: [[u32; 2]; 2],
 }
 
 impl DecCfg {
@@ -222,10 +229,21 @@ impl DecCfg {
 
     /// Dynamic shared bytes of `dec_values` for `r` rows of `es`-byte elements: the kernel picks
     /// its stage by `r` the same way.
-    fn values_smem(&self, r: usize, es: usize) -> u32 {
-        self.values_smem[usize::from(r <= self.small_rows)][usize::from(es == 4)]
+    fn values_smem(&self, r: usize, es: usize, wide: bool) -> u32 {
+        let t = if wide {
+            &self.wide_smem
+        } else {
+            &self.values_smem
+        };
+        t[usize::from(r <= self.small_rows)][usize::from(es == 4)]
     }
 }
+
+/// The least number of `dec_values_wide` blocks (KV heads × 128-column slices) for which a
+/// decode takes that kernel rather than `dec_values` (kernels/exact.cu says why there are two;
+/// both give the same bits). Below it the narrow kernel's four times as many blocks, and its
+/// cheaper work a key, keep more chains running at once; measured in docs/perf.md.
+const DEC_WIDE_MIN_BLOCKS: usize = 128;
 
 /// Whether every row of `t` (`d` elements of `es` bytes) starts at a 16-byte aligned address and
 /// is a whole number of 16-byte units, so that the decode kernels may move it in 16-byte units.
@@ -246,8 +264,11 @@ struct DecPlan {
     r: usize,
     /// Keys per score row (`kv_len` rounded up to a `dec_weights` block).
     xpad: usize,
-    /// `dec_values` column blocks per KV head (one more runs the rows' `l` chains).
+    /// Column blocks per KV head of the values kernel (the narrow one runs one more, for the
+    /// rows' `l` chains).
     nslice: usize,
+    /// Whether the values kernel is `dec_values_wide` (by the grid: public).
+    wide: bool,
     /// KV heads (`batch · kv_heads`).
     nbkv: usize,
 }
@@ -269,7 +290,8 @@ pub(crate) struct Exact {
     fast: [[Kernel; 3]; 3],
     generic: [Kernel; 3],
     cfg: [FastCfg; 3],
-    dec: [[Kernel; 3]; 5],
+    /// scores, scores_wide, weights, values, finish, values_wide
+    dec: [[Kernel; 3]; 6],
     dec_cfg: DecCfg,
 }
 
@@ -325,7 +347,7 @@ impl Exact {
                 smem: smem as u32,
             };
         }
-        let d = module.constant_i32::<14>("detattn_dec_cfg")?;
+        let d = module.constant_i32::<20>("detattn_dec_cfg")?;
         let threads = |x: i32| (32..=1024).contains(&x) && x % 32 == 0;
         if !(1..=64).contains(&d[0])
             || !threads(d[1])
@@ -342,6 +364,12 @@ impl Exact {
             || !(1..=d[0]).contains(&d[11])
             || !(1..=d[8]).contains(&d[12])
             || !(1..=d[9]).contains(&d[13])
+            || !threads(d[14])
+            || !(1..=1024).contains(&d[15])
+            || !(1..=256 * 1024).contains(&d[16])
+            || !(1..=256 * 1024).contains(&d[17])
+            || !(1..=d[16]).contains(&d[18])
+            || !(1..=d[17]).contains(&d[19])
         {
             return Err(Error::Cuda {
                 op: "cubin launch table",
@@ -360,6 +388,9 @@ impl Exact {
             values_smem: [[d[8] as u32, d[9] as u32], [d[12] as u32, d[13] as u32]],
             weight_groups: d[10] as usize,
             small_rows: d[11] as usize,
+            wide_threads: d[14] as u32,
+            wide_cols: d[15] as usize,
+            wide_smem: [[d[16] as u32, d[17] as u32], [d[18] as u32, d[19] as u32]],
         };
         // Every Exact kernel takes one `Params` by value, the decode kernels one `DecParams`.
         let abi = [std::mem::size_of::<Params>()];
@@ -390,11 +421,18 @@ impl Exact {
                 by_dt_abi(
                     "detattn_dec_values",
                     dec_cfg
-                        .values_smem(dec_cfg.rows, 2)
-                        .max(dec_cfg.values_smem(dec_cfg.rows, 4)),
+                        .values_smem(dec_cfg.rows, 2, false)
+                        .max(dec_cfg.values_smem(dec_cfg.rows, 4, false)),
                     &dec_abi,
                 )?,
                 by_dt_abi("detattn_dec_finish", 0, &dec_abi)?,
+                by_dt_abi(
+                    "detattn_dec_values_wide",
+                    dec_cfg
+                        .values_smem(dec_cfg.rows, 2, true)
+                        .max(dec_cfg.values_smem(dec_cfg.rows, 4, true)),
+                    &dec_abi,
+                )?,
             ],
             dec_cfg,
         })
@@ -493,12 +531,14 @@ impl GpuPath for Exact {
         let dec = if r <= c.rows {
             let xpad = s.kv_len.div_ceil(c.keys) * c.keys;
             let nbkv = s.batch * s.kv_heads;
+            let wide = nbkv * s.head_dim.div_ceil(c.wide_cols) >= DEC_WIDE_MIN_BLOCKS;
             // The kernels index the scratch in 64 bits; the shape bounds of problem.rs keep
             // every count here far from overflowing usize.
             Some(DecPlan {
                 r,
                 xpad,
-                nslice: s.head_dim.div_ceil(c.cols),
+                nslice: s.head_dim.div_ceil(if wide { c.wide_cols } else { c.cols }),
+                wide,
                 nbkv,
             })
         } else {
@@ -672,8 +712,8 @@ impl Exact {
         };
         let c = self.dec_cfg;
         // (kernel, grid x, threads, dynamic shared bytes): scores one block per `keys` keys,
-        // weights one per `weight_groups` of those, chains one per column slice and one for the
-        // rows' l, division one per row.
+        // weights one per `weight_groups` of those, chains one per column slice (and, in the
+        // narrow kernel, one for the rows' l), division one per row.
         let scores = if s.head_dim <= c.narrow_dim {
             (
                 0,
@@ -687,7 +727,16 @@ impl Exact {
         let steps = [
             scores,
             (2, d.xpad.div_ceil(c.keys * c.weight_groups), c.threads, 0),
-            (3, d.nslice + 1, c.values_threads, c.values_smem(d.r, es)),
+            if d.wide {
+                (5, d.nslice, c.wide_threads, c.values_smem(d.r, es, true))
+            } else {
+                (
+                    3,
+                    d.nslice + 1,
+                    c.values_threads,
+                    c.values_smem(d.r, es, false),
+                )
+            },
             (4, d.r, c.finish_threads, 0),
         ];
         for (k, gx, threads, smem) in steps {

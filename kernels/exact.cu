@@ -1557,14 +1557,15 @@ __device__ void dec_weights(const DecParams& P) {
 // VK keys go through a ring of NS buffers in shared memory by cp.async: a stage's V slice raw,
 // its weights p (dec_weights) and its tiles' alpha. Thread (warp w < 4, lane c) runs the CPL
 // columns CPL·c … CPL·c + CPL − 1 of the slice for rows w + 4k (k < RPW), each chain sequential
-// over the keys; lane r of the l warp runs row r's l. Each thread widens its V elements itself
+// over the keys; the l chains run as the shape says. Each thread widens its V elements itself
 // (§1: exact) as it reads them from the stage, a key at a time. Two shapes, the same chains and
 // so the same bits; the host picks one by the number of KV heads (public):
 // - narrow (W false): 32 columns a block, a column a lane, stages of two tiles, the l chains in
 //   one more block (blockIdx.x = nslice). Many blocks with little work a key: a launch of few KV
 //   heads (dec1: 8 heads) needs every chain it can run at once.
 // - wide (W true): 128 columns a block, four adjacent columns a lane (one 8-byte shared load a
-//   key for 2-byte V), stages of one tile, a fifth warp running the l chains in slice 0. A V key
+//   key for 2-byte V), stages of one tile, each row's l chain run by its warp's lanes alongside
+//   (every lane the same chain: a few additions a key; slice 0's lane 0 stores it). A V key
 //   row then leaves shared memory to the four row warps only (not to 16 warps of four blocks)
 //   and the weights leave L2 once per KV head (not five times): with many heads the narrow
 //   shape is bound by shared-memory wavefronts (docs/perf.md).
@@ -1601,10 +1602,9 @@ static_assert(dec_stages_fit<false>() && dec_stages_fit<true>(),
               "16-byte stages, one block within sm_86/sm_89/sm_120's 99 KB");
 
 // dec_values' loads, one stage at a time into its buffer of the ring: the V slice (not in the l
-// block), the weights of the R rows and their tiles' alpha, issued by the four chain warps (the
-// l warp copies nothing). What a thread copies is the same in every stage but for the stage's
-// first key, so its addresses are formed once and stepped by a stage (public: positions and
-// strides); that keeps the chain warps' issue slots for the chains.
+// block), the weights of the R rows and their tiles' alpha. What a thread copies is the same in
+// every stage but for the stage's first key, so its addresses are formed once and stepped by a
+// stage (public: positions and strides); that keeps the chain warps' issue slots for the chains.
 template <class E, int RP, bool LBLOCK, bool W>
 struct DecVLoads {
     typedef typename E::T T;

@@ -203,7 +203,7 @@ struct DecCfg {
     values_smem: [[u32; 2]; 2],
     /// Rows of `dec_values`' smaller stage.
     small_rows: usize,
-    /// Threads of `dec_values_wide` (its four chain warps and the warp of the rows' `l`).
+    /// Threads of `dec_values_wide` (four row warps, which run the rows' `l` chains too).
     wide_threads: u32,
     /// Columns per `dec_values_wide` block.
     wide_cols: usize,
@@ -242,7 +242,9 @@ impl DecCfg {
 /// The least number of `dec_values_wide` blocks (KV heads × 128-column slices) for which a
 /// decode takes that kernel rather than `dec_values` (kernels/exact.cu says why there are two;
 /// both give the same bits). Below it the narrow kernel's four times as many blocks, and its
-/// cheaper work a key, keep more chains running at once; measured in docs/perf.md.
+/// cheaper work a key, keep more chains running at once (dec1, 8 KV heads, needs them). Measured
+/// at 128 and 256 blocks, 16–18 % faster than the narrow kernel (docs/perf.md); the crossover
+/// below 128 is not measured.
 const DEC_WIDE_MIN_BLOCKS: usize = 128;
 
 /// Whether every row of `t` (`d` elements of `es` bytes) starts at a 16-byte aligned address and

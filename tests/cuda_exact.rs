@@ -212,7 +212,7 @@ fn random_problem(rng: &mut SplitMix64, sizes: Sizes) -> (Problem, DType, i32, u
             (g, 1 + r(16 / g as u64), skv)
         }
         Sizes::DecodeWide => {
-            // From just past the threshold up to about twice it.
+            // From the threshold up (128 to about 700 blocks, by head dim and KV heads).
             b = 128usize.div_ceil(hkv * d.div_ceil(128)) + r(40);
             let g = [1, 2, 4, 8, 16][r(5)];
             (g, 1 + r(16 / g as u64), 1 + r(1200))

@@ -228,6 +228,9 @@ for s in "${STAGES[@]}"; do
         --head-dim 128 --q-len 1 --kv-len 4200 --heads 8 --n 10000 --json-out "$OUT/tcdudect-split-decode.json"
       stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype f16 \
         --head-dim 64 --q-len 64 --kv-len 4200 --heads 2 --n 10000 --json-out "$OUT/tcdudect-split-prefill.json"
+      # The decode at 128 KV heads (32 batch elements x 4), the Exact dudect stage's wide shape.
+      stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
+        --head-dim 128 --batch 32 --q-len 1 --kv-len 256 --heads 4 --n 10000 --json-out "$OUT/tcdudect-decode-b32.json"
       # (Not here: the decode that folds every chunk in one block needs 256 kv heads, whose 275 MB
       # of inputs the harness regenerates per measurement: it did not finish in 300 s.)
       if [ -d .carry/cubin-tc-leaky ]; then
@@ -265,9 +268,18 @@ for s in "${STAGES[@]}"; do
       # The decode kernels (group · q_len = 1): one query row per head against 1024 keys.
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --q-len 1 --kv-len 1024 \
         --heads 8 --head-dim 128 --dtype bf16 --json-out "$OUT/dudect-decode-bf16-d128.json"
-      # dec_values_wide: 32 batch elements x 4 KV heads (128 blocks of 128 columns).
+      # dec_values_wide: 32 batch elements x 4 KV heads (128 blocks of 128 columns), bf16 and f32.
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --batch 32 --q-len 1 --kv-len 256 \
         --heads 4 --head-dim 128 --dtype bf16 --json-out "$OUT/dudect-decode-wide-bf16-d128.json"
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --batch 32 --q-len 1 --kv-len 256 \
+        --heads 4 --head-dim 128 --json-out "$OUT/dudect-decode-wide-f32-d128.json"
+      # The same launch kernel by kernel (events between the launches).
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --batch 32 --q-len 1 --kv-len 256 \
+        --heads 4 --head-dim 128 --dtype bf16 --each-kernel --json-out "$OUT/dudect-decode-wide-each.json"
+      # The control: the driver's copy of the same K and V, no attention (the GPU's own dependence
+      # on the values moved; docs/audit.md).
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --batch 32 --q-len 1 --kv-len 256 \
+        --heads 4 --head-dim 128 --dtype bf16 --kernel memcpy --json-out "$OUT/dudect-memcpy-control.json"
       if [ -d .carry/cubin-leaky ]; then
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 --expect-leak
         DETATTN_TEST_CUBIN_DIR=.carry/cubin-leaky stage dudect 300 "$OBIN/detattn-dudect" --backend cuda --n 10000 \

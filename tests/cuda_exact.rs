@@ -714,6 +714,51 @@ fn time_launch_reports_a_positive_time_and_writes_the_output() {
     assert_eq!(first_diff(&s.clone_dtoh(&out).unwrap(), &want), None);
 }
 
+/// `time_launch_each` (the constant-time test's per-kernel timer): on a decode, the four decode
+/// kernels in launch order, each with a positive time, and the output the host call's bits.
+#[test]
+fn time_launch_each_names_the_decode_kernels_and_writes_the_output() {
+    let Some(gpu) = gpu("time_launch_each_names_the_decode_kernels_and_writes_the_output") else {
+        return;
+    };
+    let be = cuda(&gpu);
+    let s = be.stream();
+    let p = mixed_problem(1, 1, 300);
+    let c = inputs::<f16>(&p, 72, 0, 0, false);
+    let (q, k, v) = (upload(&s, &c.q), upload(&s, &c.k), upload(&s, &c.v));
+    let m = mask_bytes(&c.mask).map(|m| upload(&s, &m));
+    let mut out = poisoned::<f16>(&s, p.shape().q_elems());
+    let x = detattn::cuda::DeviceQkv::bhsd(&p, &q, &k, &v, m.as_ref());
+    let layout = detattn::Layout::bhsd(p.shape().q_heads, p.shape().q_len, p.shape().head_dim);
+    let each = be
+        .time_launch_each(
+            Path::Exact,
+            &s,
+            &p,
+            &x,
+            detattn::cuda::DeviceTensorMut::new(&mut out, layout),
+        )
+        .unwrap();
+    let names: Vec<&str> = each.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "detattn_dec_scores_f16",
+            "detattn_dec_weights_f16",
+            "detattn_dec_values_f16",
+            "detattn_dec_finish_f16"
+        ]
+    );
+    assert!(
+        each.iter().all(|(_, us)| *us > 0.0 && us.is_finite()),
+        "{each:?}"
+    );
+    let want = Engine::cpu()
+        .run(&p, &c.q, &c.k, &c.v, c.mask.as_deref())
+        .unwrap();
+    assert_eq!(first_diff(&s.clone_dtoh(&out).unwrap(), &want), None);
+}
+
 // ----------------------------------------------------------------- structured extreme patterns
 
 mod extremes_common;

@@ -284,6 +284,23 @@ impl CudaBackend {
         ))
     }
 
+    /// [`time_launch`](CudaBackend::time_launch) kernel by kernel: each launch of the call in
+    /// order, its kernel's name and its microseconds between CUDA events recorded around it. For
+    /// tracing a timing difference of the whole call to one kernel (the constant-time test's
+    /// `--each-kernel`). The output is written.
+    pub fn time_launch_each<T: Element + DeviceRepr>(
+        &self,
+        path: Path,
+        stream: &CudaStream,
+        p: &Problem,
+        x: &DeviceQkv<'_, T>,
+        out: DeviceTensorMut<'_, T>,
+    ) -> Result<Vec<(String, f32)>> {
+        with_path!(self, path, |m| entry::time_launch_each(
+            &self.dev, m, stream, p, x, out
+        ))
+    }
+
     /// [`time_launch`](CudaBackend::time_launch) for a paged cache: microseconds of exactly the
     /// GPU work [`run_device_paged`](CudaBackend::run_device_paged) enqueues (the pages read
     /// through the block table, or gathered and then read), without the host's `Reject`

@@ -727,14 +727,76 @@ pub(crate) fn time_launch<P: GpuPath, T: Element + DeviceRepr>(
     stream: &CudaStream,
     p: &Problem,
     x: &DeviceQkv<'_, T>,
-    mut out: DeviceTensorMut<'_, T>,
+    out: DeviceTensorMut<'_, T>,
 ) -> Result<f32> {
+    with_call(dev, path, stream, p, x, out, |launches| {
+        // SAFETY: as in run_device: checked buffers of this device, scratch of the plan's sizes,
+        // kept alive and ordered by the guards until the stream has run the launches.
+        timed(stream, || unsafe { dev.submit(stream, launches) })
+    })
+}
+
+/// The launches of one device call on `x` (prepared, scratch allocated), handed to `run`, which
+/// submits them; their buffers stay held until it returns.
+fn with_call<P: GpuPath, T: Element + DeviceRepr, R>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    x: &DeviceQkv<'_, T>,
+    mut out: DeviceTensorMut<'_, T>,
+    run: impl FnOnce(&[Launch]) -> Result<R>,
+) -> Result<R> {
     let mut c = prepare_device(dev, path, stream, p, x, &out)?;
     let mut g = Guards::default();
     let launches = call_launches(&mut g, path, stream, p, &mut c, x, &mut out, None)?;
-    // SAFETY: as in run_device: checked buffers of this device, scratch of the plan's sizes,
-    // kept alive and ordered by the guards until the stream has run the launches.
-    timed(stream, || unsafe { dev.submit(stream, &launches) })
+    run(&launches)
+}
+
+/// [`time_launch`] split by kernel: the microseconds of each launch of the call, in order, between
+/// CUDA events recorded before and after it (so a difference in the whole call's time can be
+/// traced to the kernel it comes from), each with the kernel's name. The events between the
+/// launches are the only change to the work [`time_launch`] times.
+pub(crate) fn time_launch_each<P: GpuPath, T: Element + DeviceRepr>(
+    dev: &Device,
+    path: &P,
+    stream: &CudaStream,
+    p: &Problem,
+    x: &DeviceQkv<'_, T>,
+    out: DeviceTensorMut<'_, T>,
+) -> Result<Vec<(String, f32)>> {
+    with_call(dev, path, stream, p, x, out, |launches| {
+        each_timed(dev, stream, launches)
+    })
+}
+
+/// Submit `launches` one by one between CUDA events; each launch's kernel name and microseconds.
+fn each_timed(
+    dev: &Device,
+    stream: &CudaStream,
+    launches: &[Launch],
+) -> Result<Vec<(String, f32)>> {
+    let events = (0..=launches.len())
+        .map(|_| timing::event(stream))
+        .collect::<Result<Vec<_>>>()?;
+    events[0].record(stream).map_err(drv("cuEventRecord"))?;
+    for (l, e) in launches.iter().zip(&events[1..]) {
+        // SAFETY: as in run_device: checked buffers of this device, scratch of the plan's sizes,
+        // kept alive and ordered by the guards until the stream has run the launches (the last
+        // event's synchronisation below).
+        unsafe { dev.submit(stream, std::slice::from_ref(l)) }?;
+        e.record(stream).map_err(drv("cuEventRecord"))?;
+    }
+    let last = events.last().expect("one event more than launches");
+    last.synchronize().map_err(drv("kernel execution"))?;
+    launches
+        .iter()
+        .zip(events.windows(2))
+        .map(|(l, w)| {
+            let ms = w[0].elapsed_ms(&w[1]).map_err(drv("cuEventElapsedTime"))?;
+            Ok((l.kernel.name().to_string(), ms * 1000.0))
+        })
+        .collect()
 }
 
 /// [`time_launch`] for a paged cache: microseconds of exactly the GPU work [`run_device_paged`]

@@ -86,6 +86,8 @@ pub(crate) struct Module(Arc<Loaded>);
 #[derive(Clone, Debug)]
 pub(crate) struct Kernel {
     func: sys::CUfunction,
+    /// The cubin's name for it (what a per-kernel timing reports).
+    name: Arc<str>,
     _module: Arc<Loaded>,
 }
 // SAFETY: a CUfunction is an immutable handle owned by its module, which this Kernel keeps alive.
@@ -140,6 +142,7 @@ impl Module {
         check_params(func, name, params)?;
         Ok(Kernel {
             func,
+            name: name.into(),
             _module: m.clone(),
         })
     }
@@ -167,6 +170,13 @@ impl Module {
         // above); `out` is a host buffer of that size; the copy is synchronous.
         unsafe { result::memcpy_dtoh_sync(&mut out, ptr) }.map_err(drv("cuMemcpyDtoH"))?;
         Ok(out)
+    }
+}
+
+impl Kernel {
+    /// The kernel's name in its cubin.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 }
 

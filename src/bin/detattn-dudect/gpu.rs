@@ -1,12 +1,16 @@
 //! `--backend cuda`: CUDA events around one call's GPU work on device-resident inputs
-//! (`CudaBackend::time_launch_path`), for either path and any element type the path takes.
+//! (`CudaBackend::time_launch`), for either path and any element type the path takes.
 //!
 //! Every input set of every class is uploaded once, converted exactly to the element type
 //! (`classes::ClassElement`). Before each measurement the chosen set is copied on the device into
 //! the same Q, K, V (and mask) buffers, outside the timed region, so every class runs at the
-//! same addresses: only the values differ. With `--page-size`, K and V are uploaded as a paged
-//! cache (the pages in one shuffled order, the same block table for every set and class) and the
-//! call is `CudaBackend::time_launch_paged`.
+//! same addresses: only the values differ. The copies leave the class's source buffers and the
+//! copied lines in L2, dirty; unless `--keep-l2`, a buffer of four L2 sizes is overwritten after
+//! them (untimed), so that their write-back, whose cost depends on the values copied, happens
+//! before the timed call and the cache it starts from is the same for every class.
+//! With `--page-size`, K and V are uploaded as a paged cache (the pages in one shuffled order,
+//! the same block table for every set and class) and the call is
+//! `CudaBackend::time_launch_paged`.
 
 use crate::classes::{Class, ClassElement};
 use crate::{Setup, Timer};
@@ -42,6 +46,12 @@ struct GpuTimer<'a, T> {
     cubin: String,
     /// With `--page-size`: the pages' shape and block table (K and V above hold pages).
     pages: Option<Pages>,
+    /// With `--each-kernel`: the last measurement kernel by kernel (name, ns).
+    last: Vec<(String, f64)>,
+    /// Unless `--keep-l2`: the buffer overwritten before every call.
+    flush: Option<CudaSlice<u8>>,
+    /// With `--kernel memcpy`: where K and V are copied to instead of calling the library.
+    copy_to: Option<(CudaSlice<T>, CudaSlice<T>)>,
 }
 
 /// A paged cache's shape: `num_pages` pages of `[heads, size, head_dim]`, sequence b's page i
@@ -93,17 +103,23 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// The GPU timer for the setup's path and element type on GPU `ordinal`.
-pub fn timer(setup: &Setup, ordinal: usize) -> Result<Box<dyn Timer + '_>, String> {
+/// With `memcpy`, the control: times a device copy of K and V instead of the library.
+pub fn timer(setup: &Setup, ordinal: usize, memcpy: bool) -> Result<Box<dyn Timer + '_>, String> {
     Ok(match setup.cfg.dtype {
-        DType::F32 => Box::new(GpuTimer::<f32>::new(setup, ordinal)?),
-        DType::F16 => Box::new(GpuTimer::<f16>::new(setup, ordinal)?),
-        DType::Bf16 => Box::new(GpuTimer::<bf16>::new(setup, ordinal)?),
+        DType::F32 => Box::new(GpuTimer::<f32>::new(setup, ordinal, memcpy)?),
+        DType::F16 => Box::new(GpuTimer::<f16>::new(setup, ordinal, memcpy)?),
+        DType::Bf16 => Box::new(GpuTimer::<bf16>::new(setup, ordinal, memcpy)?),
     })
 }
 
 impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, T> {
-    fn new(setup: &'a Setup, ordinal: usize) -> Result<Self, String> {
+    fn new(setup: &'a Setup, ordinal: usize, memcpy: bool) -> Result<Self, String> {
         let path = setup.cfg.path;
+        if setup.cfg.each_kernel && setup.cfg.page_size.is_some() {
+            return Err(
+                "--each-kernel times contiguous K and V only (not with --page-size)".into(),
+            );
+        }
         // Opening the engine on the TensorCore path loads and verifies its cubin now.
         let engine = Engine::new(Backend::Cuda(ordinal), path).map_err(err)?;
         let cb = engine.cuda().ok_or("not a CUDA engine")?;
@@ -153,6 +169,23 @@ impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, 
             zeros(sh.q_elems())?,
         );
         let mask = stream.clone_htod(&vec![0u8; mn.max(1)]).map_err(err)?;
+        let flush = if setup.cfg.flush_l2 {
+            let l2 = stream
+                .context()
+                .attribute(
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+                )
+                .map_err(err)?;
+            let bytes = 4 * usize::try_from(l2).map_err(err)?.max(1 << 20);
+            Some(stream.alloc_zeros::<u8>(bytes).map_err(err)?)
+        } else {
+            None
+        };
+        let copy_to = if memcpy {
+            Some((zeros(kv_elems)?, zeros(kv_elems)?))
+        } else {
+            None
+        };
         Ok(GpuTimer {
             setup,
             engine,
@@ -165,6 +198,9 @@ impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, 
             out,
             cubin,
             pages,
+            last: Vec::new(),
+            flush,
+            copy_to,
         })
     }
 }
@@ -179,6 +215,24 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
         self.stream.memcpy_dtod(&s.v, &mut self.v).map_err(err)?;
         if let Some(m) = &s.mask {
             self.stream.memcpy_dtod(m, &mut self.mask).map_err(err)?;
+        }
+        if let Some(f) = &mut self.flush {
+            self.stream.memset_zeros(f).map_err(err)?;
+        }
+        if let Some((k2, v2)) = &mut self.copy_to {
+            let st = &self.stream;
+            let new_event = || {
+                st.context()
+                    .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(err)
+            };
+            let (e0, e1) = (new_event()?, new_event()?);
+            e0.record(st).map_err(err)?;
+            st.memcpy_dtod(&self.k, k2).map_err(err)?;
+            st.memcpy_dtod(&self.v, v2).map_err(err)?;
+            e1.record(st).map_err(err)?;
+            e1.synchronize().map_err(err)?;
+            return Ok(f64::from(e0.elapsed_ms(&e1).map_err(err)?) * 1e6);
         }
         let cb = self.engine.cuda().ok_or("not a CUDA engine")?;
         let p = self.setup.problem(c);
@@ -200,6 +254,18 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
                 let q = DeviceTensor::new(&self.q, Layout::bhsd(s.q_heads, s.q_len, s.head_dim));
                 cb.time_launch_paged(path, &self.stream, p, q, &cache, mask, out)
             }
+            None if self.setup.cfg.each_kernel => {
+                let x = DeviceQkv::bhsd(p, &self.q, &self.k, &self.v, mask);
+                let each = cb
+                    .time_launch_each(path, &self.stream, p, &x, out)
+                    .map_err(err)?;
+                self.last = each
+                    .into_iter()
+                    .map(|(k, us)| (k, f64::from(us) * 1000.0))
+                    .collect();
+                // The whole call: the sum of its launches (events back to back between them).
+                return Ok(self.last.iter().map(|k| k.1).sum());
+            }
             None => {
                 let x = DeviceQkv::bhsd(p, &self.q, &self.k, &self.v, mask);
                 cb.time_launch(path, &self.stream, p, &x, out)
@@ -209,13 +275,33 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
         Ok(f64::from(us) * 1000.0)
     }
 
+    fn kernels(&self) -> &[(String, f64)] {
+        &self.last
+    }
+
     fn describe(&self) -> String {
         let call = match &self.pages {
             Some(pg) => format!("CudaBackend::time_launch_paged, {}-row pages", pg.size),
+            None if self.setup.cfg.each_kernel => {
+                "CudaBackend::time_launch_each, every kernel timed on its own".into()
+            }
             None => "CudaBackend::time_launch".into(),
         };
+        let l2 = if self.flush.is_some() {
+            "L2 overwritten before each call"
+        } else {
+            "L2 kept (--keep-l2)"
+        };
+        if self.copy_to.is_some() {
+            return format!(
+                "{} (CONTROL --kernel memcpy: a device copy of K and V, no attention; {}, {l2}), \
+                 timer CUDA events (µs, reported in ns)",
+                self.engine.describe(),
+                self.setup.cfg.dtype
+            );
+        }
         format!(
-            "{} (path {}, {}, {call}; kernels: {}), timer CUDA events (µs, reported in ns)",
+            "{} (path {}, {}, {call}; {l2}; kernels: {}), timer CUDA events (µs, reported in ns)",
             self.engine.describe(),
             self.setup.cfg.path,
             self.setup.cfg.dtype,

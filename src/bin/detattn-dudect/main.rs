@@ -10,16 +10,20 @@
 //! a few percentiles of the two classes pooled (cropping the long upper tail of interrupts and
 //! preemptions, which on a loaded machine drowns the raw test). The verdict, like dudect's, takes
 //! the largest |t| of these tests: below 4.5 passes (dudect's threshold). Both the raw t and the
-//! largest cropped t are reported, and an A/A control (the baseline against itself) shows what
-//! noise alone gives.
+//! largest cropped t are reported, with two A/A controls that must pass too (else the run is
+//! INCONCLUSIVE): the baseline's even against its odd measurements (what noise alone gives) and
+//! its first input sets against its last (what the inputs' placement alone gives).
 //!
 //! Timers: on the CPU, `std::time::Instant` (nanoseconds) around one `Engine::run_into` on a
 //! single-threaded engine (`Exact`, f32); with `--backend cuda`, CUDA events around one call's GPU
-//! work on device-resident inputs (`CudaBackend::time_launch_path`, `--path exact|tensorcore`,
+//! work on device-resident inputs (`CudaBackend::time_launch`, `--path exact|tensorcore`,
 //! `--dtype f32|f16|bf16`; the tensorcore path takes f16 and bf16 and defaults to bf16). Inputs
 //! are copied into the same buffers before every measurement (outside the timed region), so every
-//! class runs at the same addresses with the same cache state. The classes are generated for the
-//! element type (`classes.rs`: "huge" near *its* largest value, *its* subnormals).
+//! class runs at the same addresses. The classes are generated for the
+//! element type (`classes.rs`: "huge" near *its* largest value, *its* subnormals). On the GPU, L2
+//! is overwritten after the copies (`gpu.rs`; `--keep-l2` skips it), `--each-kernel` tests every
+//! kernel of the call on its own as well, and `--kernel memcpy` is a control that times the
+//! driver's copy of K and V instead of attention (the GPU's own dependence on the values).
 //!
 //! Every class runs under `NonFinitePolicy::Propagate`, so that non-finite input is computed on
 //! (under the default `Reject`, it is refused before any work: that it existed is public by
@@ -70,6 +74,9 @@ enum Kernel {
     /// The copy hardened against the leaks found in the library (same bits; a candidate fix,
     /// see `tile_copy::Variant::Hardened`).
     CopyHardened,
+    /// GPU only, a control: no attention at all, a device-to-device copy of the class's K and V
+    /// (the driver's copy). What it shows is the GPU's own dependence on the values moved.
+    Memcpy,
 }
 
 /// Welch's t-test between input classes, interleaved measurements (dudect).
@@ -135,6 +142,19 @@ struct Args {
     /// kernels that read pages through the block table where the path has them.
     #[arg(long, value_name = "N")]
     page_size: Option<usize>,
+    /// Also time each kernel of the call on its own (CUDA events between the launches,
+    /// `CudaBackend::time_launch_each`; `--backend cuda`, not with `--page-size`) and test each
+    /// kernel's times as well as the whole call's: traces a difference to the kernel it comes
+    /// from. The verdict then covers every kernel too.
+    #[arg(long)]
+    each_kernel: bool,
+    /// GPU: do not overwrite L2 between placing the inputs and the call. By default a buffer of
+    /// four times the GPU's L2 size is overwritten after the inputs are copied into place
+    /// (untimed), so that the copy's dirty lines are written back before the timed call, not
+    /// during it: their write-back, which depends on the values copied, is the harness's work,
+    /// not the library's (docs/audit.md).
+    #[arg(long)]
+    keep_l2: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -160,6 +180,8 @@ struct Config {
     head_dim: usize,
     causal: bool,
     page_size: Option<usize>,
+    each_kernel: bool,
+    flush_l2: bool,
 }
 
 impl Args {
@@ -180,6 +202,8 @@ impl Args {
             head_dim: self.head_dim,
             causal: self.causal,
             page_size: self.page_size,
+            each_kernel: self.each_kernel,
+            flush_l2: !self.keep_l2,
         }
     }
 }
@@ -255,6 +279,11 @@ impl Setup {
 trait Timer {
     /// Nanoseconds of one call on set `set` of class `c`.
     fn measure(&mut self, c: Class, set: usize) -> Result<f64, String>;
+    /// With `--each-kernel`: the last measurement kernel by kernel (name, nanoseconds), in
+    /// launch order; empty otherwise.
+    fn kernels(&self) -> &[(String, f64)] {
+        &[]
+    }
     /// What is timed, for the report.
     fn describe(&self) -> String;
 }
@@ -332,6 +361,7 @@ impl<'a, T: Element + ClassElement> CpuTimer<'a, T> {
                 tile_copy::run(p, q, k, v, mask, out, variant);
                 Ok(())
             }
+            Kernel::Memcpy => Err("--kernel memcpy is a GPU control".into()),
         }
     }
 
@@ -382,6 +412,7 @@ impl<T: Element + ClassElement> Timer for CpuTimer<'_, T> {
                 Kernel::Leaky => "harness copy of the tile loop WITH PLANTED LEAKS",
                 Kernel::CopyHardened =>
                     "harness copy of the tile loop, hardened (fma products, hidden masks)",
+                Kernel::Memcpy => unreachable!("refused on the CPU before a timer is made"),
             }
         )
     }
@@ -462,6 +493,15 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                         .into(),
                 );
             }
+            if cfg.each_kernel {
+                return Err(
+                    "--each-kernel: the CPU call is one loop, not kernels; add --backend cuda"
+                        .into(),
+                );
+            }
+            if a.kernel == Kernel::Memcpy {
+                return Err("--kernel memcpy is a GPU control; add --backend cuda".into());
+            }
             if cfg.dtype != DType::F32 && a.kernel != Kernel::Library {
                 return Err(format!(
                     "--dtype {}: the harness's copies of the tile loop are f32 only; the \
@@ -504,49 +544,50 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     }
     let started = Instant::now();
     let mut samples: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut sets: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
+    let mut split = KernelSamples::default();
     for &c in &order {
         let set = (g.next_u64() % pool) as usize;
         let ns = timer.measure(c, set)?;
         samples.entry(c.name()).or_default().push(ns);
+        sets.entry(c.name()).or_default().push(set);
+        split.push(c, timer.kernels())?;
     }
     let elapsed = started.elapsed().as_secs_f64();
 
-    let mut rows: Vec<Row> = Vec::new();
-    // A/A control: the baseline against itself (even vs odd measurements): must pass.
+    // A/A controls, the baseline against itself: even vs odd measurements (the same input sets:
+    // what noise alone gives), and the first half of its input sets against the second (same
+    // values distribution, other buffers: a difference there comes from where the inputs were,
+    // not their values, and no class verdict of the run can be trusted). Both must pass.
     let aa_class = if samples.contains_key(Class::Random.name()) {
         Class::Random
     } else {
         Class::RandomMask
     };
     let base = &samples[aa_class.name()];
-    let (even, odd): (Vec<f64>, Vec<f64>) = (
+    let base_sets = &sets[aa_class.name()];
+    let half = (pool as usize).div_ceil(2);
+    let mut controls = vec![Control::new(
+        format!("{}(A/A)", aa_class.name()),
         base.iter().step_by(2).copied().collect(),
         base.iter().skip(1).step_by(2).copied().collect(),
-    );
-    let aa = (
-        Moments::of(&even),
-        Moments::of(&odd),
-        cropped_t(&even, &odd, &CROPS),
-    );
-    for &c in &tested {
-        let b = c.baseline().expect("tested classes have one");
-        let (xs, ys) = (&samples[c.name()], &samples[b.name()]);
-        let (mx, my) = (Moments::of(xs), Moments::of(ys));
-        rows.push(Row {
-            class: c,
-            base: b,
-            n: xs.len(),
-            mean: mx.mean,
-            base_mean: my.mean,
-            median: median(xs),
-            base_median: median(ys),
-            t: welch_t(&mx, &my),
-            crops: cropped_t(xs, ys, &CROPS),
-            t_max: 0.0,
-        });
-        let r = rows.last_mut().expect("just pushed");
-        r.t_max = r.crops.iter().fold(r.t.abs(), |m, (_, t)| m.max(t.abs()));
+    )];
+    let (lo, hi) = base
+        .iter()
+        .copied()
+        .zip(base_sets.iter().copied())
+        .partition::<Vec<_>, _>(|(_, s)| *s < half);
+    // Only with at least two sets and two measurements on each side (`--pool 1` has one set).
+    if lo.len() >= 2 && hi.len() >= 2 {
+        controls.push(Control::new(
+            format!("{}(sets)", aa_class.name()),
+            lo.iter().map(|x| x.0).collect(),
+            hi.iter().map(|x| x.0).collect(),
+        ));
     }
+    let controls_pass = controls.iter().all(|c| c.t_max() < T_PASS);
+    let rows = compare(&tested, |c| samples.get(c.name()).map(Vec::as_slice));
+    let kernel_rows = split.compare(&tested)?;
 
     let max_crop = |crops: &[(f64, f64)]| {
         crops
@@ -555,9 +596,16 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
             .unwrap_or((0.0, 0.0))
     };
-    let all_pass = rows.iter().all(|r| r.t_max < T_PASS);
-    let leak_found = rows.iter().any(|r| r.t_max > T_LEAK);
-    let ok = if a.expect_leak { leak_found } else { all_pass };
+    let every_row = || rows.iter().chain(kernel_rows.iter().flat_map(|k| &k.rows));
+    let all_pass = every_row().all(|r| r.t_max < T_PASS);
+    let leak_found = every_row().any(|r| r.t_max > T_LEAK);
+    // A failing control makes a pass meaningless (the harness cannot tell values from noise or
+    // from placement); a planted leak far above it is still detected.
+    let ok = if a.expect_leak {
+        leak_found
+    } else {
+        all_pass && controls_pass
+    };
     let s = setup.plain.shape();
     let problem = format!(
         "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}{}, path {}, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask{}",
@@ -598,21 +646,22 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             "expect_leak": a.expect_leak,
             "aa_control": {
                 "class": aa_class.name(),
-                "t": welch_t(&aa.0, &aa.1),
-                "cropped_max": max_crop(&aa.2).1,
+                "t": controls[0].t,
+                "cropped_max": max_crop(&controls[0].crops).1,
             },
-            "classes": rows.iter().map(|r| serde_json::json!({
-                "class": r.class.name(),
-                "baseline": r.base.name(),
-                "n": r.n,
-                "mean_ns": r.mean,
-                "baseline_mean_ns": r.base_mean,
-                "median_ns": r.median,
-                "baseline_median_ns": r.base_median,
-                "t": r.t,
-                "cropped": r.crops.iter().map(|(p, t)| serde_json::json!({"percentile": p, "t": t})).collect::<Vec<_>>(),
-                "t_max": r.t_max,
-                "pass": r.t_max < T_PASS,
+            "aa_sets_control": controls.get(1).map(|c| serde_json::json!({
+                "class": aa_class.name(),
+                "sets": format!("0..{half} vs {half}..{pool}"),
+                "n": [c.a.n, c.b.n],
+                "t": c.t,
+                "cropped_max": max_crop(&c.crops).1,
+                "pass": c.t_max() < T_PASS,
+            })),
+            "classes": rows.iter().map(Row::json).collect::<Vec<_>>(),
+            "kernels": kernel_rows.iter().map(|k| serde_json::json!({
+                "launch": k.launch,
+                "kernel": k.kernel,
+                "classes": k.rows.iter().map(Row::json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "ok": ok,
     });
@@ -643,21 +692,24 @@ fn run(a: &Args) -> Result<ExitCode, String> {
             "t",
             "cropped max |t|"
         );
-        let (p, t) = max_crop(&aa.2);
-        println!(
-            "  {:<16} {:<12} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>8.2} {:>11.2} @p{:<4}  control",
-            format!("{}(A/A)", aa_class.name()),
-            aa_class.name(),
-            aa.0.n,
-            median(&even),
-            median(&odd),
-            aa.0.mean,
-            aa.1.mean,
-            welch_t(&aa.0, &aa.1),
-            t.abs(),
-            (p * 100.0).round(),
-        );
-        for r in &rows {
+        for c in &controls {
+            let (p, t) = max_crop(&c.crops);
+            println!(
+                "  {:<16} {:<12} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>8.2} {:>11.2} @p{:<4}  control {}",
+                c.label,
+                aa_class.name(),
+                c.a.n,
+                c.median.0,
+                c.median.1,
+                c.a.mean,
+                c.b.mean,
+                c.t,
+                t.abs(),
+                (p * 100.0).round(),
+                if c.t_max() < T_PASS { "PASS" } else { "FAIL" }
+            );
+        }
+        let print_row = |r: &Row| {
             let (p, t) = max_crop(&r.crops);
             println!(
                 "  {:<16} {:<12} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>8.2} {:>11.2} @p{:<4}  {}",
@@ -673,11 +725,19 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                 (p * 100.0).round(),
                 if r.t_max < T_PASS { "PASS" } else { "FAIL" }
             );
+        };
+        rows.iter().for_each(print_row);
+        for k in &kernel_rows {
+            println!("  launch {}: {}", k.launch, k.kernel);
+            k.rows.iter().for_each(print_row);
         }
         println!(
             "  result: {}",
             match (a.expect_leak, ok) {
                 (false, true) => "every class max |t| < 4.5: no timing difference detected",
+                (false, false) if !controls_pass =>
+                    "INCONCLUSIVE: an A/A control failed (max |t| >= 4.5), so the classes' \
+                     differences cannot be told from noise or from where the inputs lie",
                 (false, false) => "TIMING DIFFERENCE DETECTED (some class max |t| >= 4.5)",
                 (true, true) => "planted leak detected (some class max |t| > 10), as expected",
                 (true, false) => "planted leak NOT detected: the harness lacks power",
@@ -692,6 +752,163 @@ fn run(a: &Args) -> Result<ExitCode, String> {
 }
 
 /// Median of a non-empty sample (mean of the middle two for an even count).
+/// An A/A control: two samples of the baseline that should not differ.
+struct Control {
+    label: String,
+    a: Moments,
+    b: Moments,
+    median: (f64, f64),
+    t: f64,
+    crops: Vec<(f64, f64)>,
+}
+
+impl Control {
+    fn new(label: String, a: Vec<f64>, b: Vec<f64>) -> Control {
+        let (ma, mb) = (Moments::of(&a), Moments::of(&b));
+        Control {
+            label,
+            t: welch_t(&ma, &mb),
+            crops: cropped_t(&a, &b, &CROPS),
+            median: (median(&a), median(&b)),
+            a: ma,
+            b: mb,
+        }
+    }
+
+    fn t_max(&self) -> f64 {
+        self.crops
+            .iter()
+            .fold(self.t.abs(), |m, (_, t)| m.max(t.abs()))
+    }
+}
+
+impl Row {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "class": self.class.name(),
+            "baseline": self.base.name(),
+            "n": self.n,
+            "mean_ns": self.mean,
+            "baseline_mean_ns": self.base_mean,
+            "median_ns": self.median,
+            "baseline_median_ns": self.base_median,
+            "t": self.t,
+            "cropped": self.crops.iter().map(|(p, t)| serde_json::json!({"percentile": p, "t": t})).collect::<Vec<_>>(),
+            "t_max": self.t_max,
+            "pass": self.t_max < T_PASS,
+        })
+    }
+}
+
+/// Each tested class against its baseline, on the samples `of` gives (classes without samples
+/// are left out).
+fn compare<'s>(tested: &[Class], of: impl Fn(Class) -> Option<&'s [f64]>) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for &c in tested {
+        let b = c.baseline().expect("tested classes have one");
+        let (Some(xs), Some(ys)) = (of(c), of(b)) else {
+            continue;
+        };
+        let (mx, my) = (Moments::of(xs), Moments::of(ys));
+        let crops = cropped_t(xs, ys, &CROPS);
+        let t = welch_t(&mx, &my);
+        rows.push(Row {
+            t_max: crops.iter().fold(t.abs(), |m, (_, t)| m.max(t.abs())),
+            class: c,
+            base: b,
+            n: xs.len(),
+            mean: mx.mean,
+            base_mean: my.mean,
+            median: median(xs),
+            base_median: median(ys),
+            t,
+            crops,
+        });
+    }
+    rows
+}
+
+/// With `--each-kernel`: per class, the names of the call's kernels in launch order and each
+/// kernel's times.
+#[derive(Default)]
+struct KernelSamples(BTreeMap<&'static str, (Vec<String>, Vec<Vec<f64>>)>);
+
+/// One launch position's comparisons.
+struct KernelRows {
+    launch: usize,
+    kernel: String,
+    rows: Vec<Row>,
+}
+
+impl KernelSamples {
+    fn push(&mut self, c: Class, ks: &[(String, f64)]) -> Result<(), String> {
+        if ks.is_empty() {
+            return Ok(());
+        }
+        let (names, times) = self.0.entry(c.name()).or_insert_with(|| {
+            (
+                ks.iter().map(|k| k.0.clone()).collect(),
+                vec![Vec::new(); ks.len()],
+            )
+        });
+        if ks.len() != names.len() || ks.iter().zip(names.iter()).any(|(k, n)| k.0 != *n) {
+            return Err(format!(
+                "class {}: the call's kernels changed between measurements",
+                c.name()
+            ));
+        }
+        for (v, k) in times.iter_mut().zip(ks) {
+            v.push(k.1);
+        }
+        Ok(())
+    }
+
+    /// Each launch position's kernel: every tested class against its baseline. A class and its
+    /// baseline run the same problem, so the same kernels (else an error: that would be a
+    /// difference in itself).
+    fn compare(&self, tested: &[Class]) -> Result<Vec<KernelRows>, String> {
+        let launches = self.0.values().map(|(n, _)| n.len()).max().unwrap_or(0);
+        let mut out = Vec::new();
+        for i in 0..launches {
+            for &c in tested {
+                let b = c.baseline().expect("tested classes have one");
+                let name = |x: Class| self.0.get(x.name()).and_then(|(n, _)| n.get(i));
+                if name(c) != name(b) {
+                    return Err(format!(
+                        "launch {i}: class {} ran {:?}, its baseline {} ran {:?}",
+                        c.name(),
+                        name(c),
+                        b.name(),
+                        name(b)
+                    ));
+                }
+            }
+            // One entry per kernel name at this position (plain and masked problems may run
+            // different kernels).
+            let mut names: Vec<&String> = self.0.values().filter_map(|(n, _)| n.get(i)).collect();
+            names.sort();
+            names.dedup();
+            for kernel in names {
+                let of = |x: Class| {
+                    self.0
+                        .get(x.name())
+                        .filter(|(n, _)| n.get(i) == Some(kernel))
+                        .map(|(_, t)| t[i].as_slice())
+                };
+                let rows = compare(tested, of);
+                if !rows.is_empty() {
+                    out.push(KernelRows {
+                        launch: i,
+                        kernel: kernel.clone(),
+                        rows,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
@@ -723,10 +940,17 @@ fn check_path(_: &Setup) -> Result<(), String> {
 
 #[cfg(feature = "cuda")]
 fn gpu_timer<'a>(setup: &'a Setup, b: &str, kernel: Kernel) -> Result<Box<dyn Timer + 'a>, String> {
-    if kernel != Kernel::Library {
+    if !matches!(kernel, Kernel::Library | Kernel::Memcpy) {
         return Err(
             "--kernel copy/leaky/copy-hardened are CPU tile loops; use --backend cpu (on a GPU the \
              planted leak is a leaky cubin: DETATTN_TEST_CUBIN_DIR, docs/audit.md)"
+                .into(),
+        );
+    }
+    if kernel == Kernel::Memcpy && (setup.cfg.each_kernel || setup.cfg.page_size.is_some()) {
+        return Err(
+            "--kernel memcpy times one copy of contiguous K and V: no --each-kernel, \
+                    no --page-size"
                 .into(),
         );
     }
@@ -734,7 +958,7 @@ fn gpu_timer<'a>(setup: &'a Setup, b: &str, kernel: Kernel) -> Result<Box<dyn Ti
         Some(n) => n.parse().map_err(|_| format!("bad GPU ordinal in {b:?}"))?,
         None => 0,
     };
-    gpu::timer(setup, ordinal)
+    gpu::timer(setup, ordinal, kernel == Kernel::Memcpy)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -821,6 +1045,11 @@ mod tests {
             e.starts_with("--dtype bf16: the harness's copies of the tile loop are f32 only"),
             "{e}"
         );
+        let e = fails(&["--each-kernel"]);
+        assert!(
+            e.starts_with("--each-kernel: the CPU call is one loop"),
+            "{e}"
+        );
         #[cfg(feature = "cuda")]
         {
             // Checked before a GPU is opened, so the same on a machine without one.
@@ -851,6 +1080,38 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn each_kernel_is_compared_with_the_same_kernel_of_the_baseline() {
+        let mut k = KernelSamples::default();
+        // Launch 1's second kernel is slower for zeros by 10 ns; the first is the same.
+        for i in 0..200 {
+            let jitter = f64::from(i % 7);
+            for (c, extra) in [(Class::Random, 0.0), (Class::Zeros, 10.0)] {
+                let ks = [
+                    ("scores".to_string(), 100.0 + jitter),
+                    ("values".to_string(), 50.0 + jitter + extra),
+                ];
+                k.push(c, &ks).unwrap();
+            }
+        }
+        let rows = k.compare(&[Class::Zeros]).unwrap();
+        let got: Vec<(usize, &str, bool)> = rows
+            .iter()
+            .map(|r| (r.launch, r.kernel.as_str(), r.rows[0].t_max < T_PASS))
+            .collect();
+        assert_eq!(got, [(0, "scores", true), (1, "values", false)]);
+        assert_eq!(rows[1].rows[0].base, Class::Random);
+        // A class whose call ran other kernels than its baseline's is an error, as is a call
+        // whose kernels change between measurements.
+        let mut k2 = KernelSamples::default();
+        k2.push(Class::Random, &[("a".into(), 1.0)]).unwrap();
+        k2.push(Class::Zeros, &[("b".into(), 1.0)]).unwrap();
+        let e = k2.compare(&[Class::Zeros]).err().unwrap();
+        assert!(e.starts_with("launch 0: class zeros ran"), "{e}");
+        let e = k2.push(Class::Zeros, &[("a".into(), 1.0)]).unwrap_err();
+        assert!(e.contains("kernels changed"), "{e}");
     }
 
     #[test]

@@ -50,8 +50,10 @@ struct GpuTimer<'a, T> {
     last: Vec<(String, f64)>,
     /// Unless `--keep-l2`: the buffer overwritten before every call.
     flush: Option<CudaSlice<u8>>,
-    /// With `--kernel memcpy`: where K and V are copied to instead of calling the library.
-    copy_to: Option<(CudaSlice<T>, CudaSlice<T>)>,
+    /// The copy controls (`--kernel memcpy`, `memcpy-reread`): K and V are copied into the first
+    /// pair, that pair into the second, and so on, instead of calling the library. Empty: the
+    /// library.
+    copy_to: Vec<(CudaSlice<T>, CudaSlice<T>)>,
 }
 
 /// A paged cache's shape: `num_pages` pages of `[heads, size, head_dim]`, sequence b's page i
@@ -103,17 +105,18 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// The GPU timer for the setup's path and element type on GPU `ordinal`.
-/// With `memcpy`, the control: times a device copy of K and V instead of the library.
-pub fn timer(setup: &Setup, ordinal: usize, memcpy: bool) -> Result<Box<dyn Timer + '_>, String> {
+/// With `copies > 0`, a control: times that many device copies of K and V in a chain (each from
+/// the one before) instead of the library.
+pub fn timer(setup: &Setup, ordinal: usize, copies: usize) -> Result<Box<dyn Timer + '_>, String> {
     Ok(match setup.cfg.dtype {
-        DType::F32 => Box::new(GpuTimer::<f32>::new(setup, ordinal, memcpy)?),
-        DType::F16 => Box::new(GpuTimer::<f16>::new(setup, ordinal, memcpy)?),
-        DType::Bf16 => Box::new(GpuTimer::<bf16>::new(setup, ordinal, memcpy)?),
+        DType::F32 => Box::new(GpuTimer::<f32>::new(setup, ordinal, copies)?),
+        DType::F16 => Box::new(GpuTimer::<f16>::new(setup, ordinal, copies)?),
+        DType::Bf16 => Box::new(GpuTimer::<bf16>::new(setup, ordinal, copies)?),
     })
 }
 
 impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, T> {
-    fn new(setup: &'a Setup, ordinal: usize, memcpy: bool) -> Result<Self, String> {
+    fn new(setup: &'a Setup, ordinal: usize, copies: usize) -> Result<Self, String> {
         let path = setup.cfg.path;
         if setup.cfg.each_kernel && setup.cfg.page_size.is_some() {
             return Err(
@@ -181,11 +184,9 @@ impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, 
         } else {
             None
         };
-        let copy_to = if memcpy {
-            Some((zeros(kv_elems)?, zeros(kv_elems)?))
-        } else {
-            None
-        };
+        let copy_to = (0..copies)
+            .map(|_| Ok((zeros(kv_elems)?, zeros(kv_elems)?)))
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(GpuTimer {
             setup,
             engine,
@@ -219,7 +220,7 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
         if let Some(f) = &mut self.flush {
             self.stream.memset_zeros(f).map_err(err)?;
         }
-        if let Some((k2, v2)) = &mut self.copy_to {
+        if !self.copy_to.is_empty() {
             let st = &self.stream;
             let new_event = || {
                 st.context()
@@ -228,8 +229,15 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
             };
             let (e0, e1) = (new_event()?, new_event()?);
             e0.record(st).map_err(err)?;
+            let (k2, v2) = &mut self.copy_to[0];
             st.memcpy_dtod(&self.k, k2).map_err(err)?;
             st.memcpy_dtod(&self.v, v2).map_err(err)?;
+            for i in 1..self.copy_to.len() {
+                let (done, next) = self.copy_to.split_at_mut(i);
+                let ((k, v), (k2, v2)) = (&done[i - 1], &mut next[0]);
+                st.memcpy_dtod(k, k2).map_err(err)?;
+                st.memcpy_dtod(v, v2).map_err(err)?;
+            }
             e1.record(st).map_err(err)?;
             e1.synchronize().map_err(err)?;
             return Ok(f64::from(e0.elapsed_ms(&e1).map_err(err)?) * 1e6);
@@ -292,10 +300,14 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
         } else {
             "L2 kept (--keep-l2)"
         };
-        if self.copy_to.is_some() {
+        if !self.copy_to.is_empty() {
+            let what = match self.copy_to.len() {
+                1 => "memcpy: a device copy of K and V".to_string(),
+                n => format!("memcpy-reread: {n} device copies of K and V in a chain"),
+            };
             return format!(
-                "{} (CONTROL --kernel memcpy: a device copy of K and V, no attention; {}, {l2}), \
-                 timer CUDA events (µs, reported in ns)",
+                "{} (CONTROL {what}, no attention; {}, {l2}), timer CUDA events (µs, reported \
+                 in ns)",
                 self.engine.describe(),
                 self.setup.cfg.dtype
             );

@@ -77,6 +77,9 @@ enum Kernel {
     /// GPU only, a control: no attention at all, a device-to-device copy of the class's K and V
     /// (the driver's copy). What it shows is the GPU's own dependence on the values moved.
     Memcpy,
+    /// GPU only, a control: the copy of `memcpy`, then a copy of that copy, so the second reads
+    /// lines the first just wrote (as each attention kernel reads what the one before wrote).
+    MemcpyReread,
 }
 
 /// Welch's t-test between input classes, interleaved measurements (dudect).
@@ -361,7 +364,9 @@ impl<'a, T: Element + ClassElement> CpuTimer<'a, T> {
                 tile_copy::run(p, q, k, v, mask, out, variant);
                 Ok(())
             }
-            Kernel::Memcpy => Err("--kernel memcpy is a GPU control".into()),
+            Kernel::Memcpy | Kernel::MemcpyReread => {
+                Err("--kernel memcpy and memcpy-reread are GPU controls".into())
+            }
         }
     }
 
@@ -412,7 +417,8 @@ impl<T: Element + ClassElement> Timer for CpuTimer<'_, T> {
                 Kernel::Leaky => "harness copy of the tile loop WITH PLANTED LEAKS",
                 Kernel::CopyHardened =>
                     "harness copy of the tile loop, hardened (fma products, hidden masks)",
-                Kernel::Memcpy => unreachable!("refused on the CPU before a timer is made"),
+                Kernel::Memcpy | Kernel::MemcpyReread =>
+                    unreachable!("refused on the CPU before a timer is made"),
             }
         )
     }
@@ -499,8 +505,10 @@ fn run(a: &Args) -> Result<ExitCode, String> {
                         .into(),
                 );
             }
-            if a.kernel == Kernel::Memcpy {
-                return Err("--kernel memcpy is a GPU control; add --backend cuda".into());
+            if matches!(a.kernel, Kernel::Memcpy | Kernel::MemcpyReread) {
+                return Err(
+                    "--kernel memcpy and memcpy-reread are GPU controls; add --backend cuda".into(),
+                );
             }
             if cfg.dtype != DType::F32 && a.kernel != Kernel::Library {
                 return Err(format!(
@@ -940,17 +948,22 @@ fn check_path(_: &Setup) -> Result<(), String> {
 
 #[cfg(feature = "cuda")]
 fn gpu_timer<'a>(setup: &'a Setup, b: &str, kernel: Kernel) -> Result<Box<dyn Timer + 'a>, String> {
-    if !matches!(kernel, Kernel::Library | Kernel::Memcpy) {
+    let copies = match kernel {
+        Kernel::Library => 0,
+        Kernel::Memcpy => 1,
+        Kernel::MemcpyReread => 2,
+        Kernel::Copy | Kernel::Leaky | Kernel::CopyHardened => {
+            return Err(
+                "--kernel copy/leaky/copy-hardened are CPU tile loops; use --backend cpu (on a GPU \
+                 the planted leak is a leaky cubin: DETATTN_TEST_CUBIN_DIR, docs/audit.md)"
+                    .into(),
+            );
+        }
+    };
+    if copies > 0 && (setup.cfg.each_kernel || setup.cfg.page_size.is_some()) {
         return Err(
-            "--kernel copy/leaky/copy-hardened are CPU tile loops; use --backend cpu (on a GPU the \
-             planted leak is a leaky cubin: DETATTN_TEST_CUBIN_DIR, docs/audit.md)"
-                .into(),
-        );
-    }
-    if kernel == Kernel::Memcpy && (setup.cfg.each_kernel || setup.cfg.page_size.is_some()) {
-        return Err(
-            "--kernel memcpy times one copy of contiguous K and V: no --each-kernel, \
-                    no --page-size"
+            "--kernel memcpy and memcpy-reread copy contiguous K and V: no --each-kernel, no \
+             --page-size"
                 .into(),
         );
     }
@@ -958,7 +971,7 @@ fn gpu_timer<'a>(setup: &'a Setup, b: &str, kernel: Kernel) -> Result<Box<dyn Ti
         Some(n) => n.parse().map_err(|_| format!("bad GPU ordinal in {b:?}"))?,
         None => 0,
     };
-    gpu::timer(setup, ordinal, kernel == Kernel::Memcpy)
+    gpu::timer(setup, ordinal, copies)
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -187,10 +187,15 @@ enum Sizes {
     Big,
     /// `group · q_len ≤ 16` (the decode kernels), up to 9000 keys (several stages, partial ones).
     Decode,
-    /// Decode shapes with enough KV heads (`batch · kv_heads · ⌈head_dim / 128⌉ ≥ 128`) for the
-    /// wide values kernel (src/cuda/exact.rs: `DEC_WIDE_MIN_BLOCKS`), up to 1200 keys.
+    /// Decode shapes with enough KV heads (`batch · kv_heads · ⌈head_dim / 128⌉ ≥
+    /// WIDE_MIN_BLOCKS`) for the wide values kernel, up to 1200 keys.
     DecodeWide,
 }
+
+/// src/cuda/exact.rs `DEC_WIDE_MIN_BLOCKS`: from this many blocks of 128 columns (batch · KV
+/// heads · ⌈head_dim / 128⌉) a decode runs `dec_values_wide` (checked by name in
+/// `time_launch_each_names_the_decode_kernels_and_writes_the_output`).
+const WIDE_MIN_BLOCKS: usize = 96;
 
 /// One random problem description from a seed.
 fn random_problem(rng: &mut SplitMix64, sizes: Sizes) -> (Problem, DType, i32, usize, bool) {
@@ -212,8 +217,8 @@ fn random_problem(rng: &mut SplitMix64, sizes: Sizes) -> (Problem, DType, i32, u
             (g, 1 + r(16 / g as u64), skv)
         }
         Sizes::DecodeWide => {
-            // From the threshold up (128 to about 700 blocks, by head dim and KV heads).
-            b = 128usize.div_ceil(hkv * d.div_ceil(128)) + r(40);
+            // From the threshold up (96 to about 700 blocks, by head dim and KV heads).
+            b = WIDE_MIN_BLOCKS.div_ceil(hkv * d.div_ceil(128)) + r(40);
             let g = [1, 2, 4, 8, 16][r(5)];
             (g, 1 + r(16 / g as u64), 1 + r(1200))
         }
@@ -378,9 +383,8 @@ fn wide_decode_kernel_bit_identical_to_cpu() {
     };
     let n = 60;
     let run = random_vs_cpu(&gpu, 0x5EED_0DEE, n, |_| Sizes::DecodeWide);
-    assert!(run.shapes.iter().all(
-        |s| s.group() * s.q_len <= 16 && s.batch * s.kv_heads * s.head_dim.div_ceil(128) >= 128
-    ));
+    assert!(run.shapes.iter().all(|s| s.group() * s.q_len <= 16
+        && s.batch * s.kv_heads * s.head_dim.div_ceil(128) >= WIDE_MIN_BLOCKS));
     eprintln!(
         "{n} random wide decode problems (f32/f16/bf16: {:?}), {} mismatches",
         run.kinds,
@@ -508,8 +512,9 @@ fn d3_decode_rows_equal_causal_prefill() {
             };
             let out = gpu.run(&dec, &q, &cache(&c.k), &cache(&c.v), None).unwrap();
             // The same decode repeated over enough batch elements for the wide values kernel
-            // (batch · kv_heads · ⌈d / 128⌉ ≥ 128): every copy gives the prefill row too.
-            let nb = 128usize.div_ceil(hkv * d.div_ceil(128));
+            // (batch · kv_heads · ⌈d / 128⌉ ≥ WIDE_MIN_BLOCKS): every copy gives the prefill row
+            // too.
+            let nb = WIDE_MIN_BLOCKS.div_ceil(hkv * d.div_ceil(128));
             let rep = |x: &[T]| -> Vec<T> { (0..nb).flat_map(|_| x.to_vec()).collect() };
             let wide = Problem::builder(Shape::new(nb, hq, hkv, 1, i + 1, d))
                 .causal(true)
@@ -715,15 +720,27 @@ fn time_launch_reports_a_positive_time_and_writes_the_output() {
 }
 
 /// `time_launch_each` (the constant-time test's per-kernel timer): on a decode, the four decode
-/// kernels in launch order, each with a positive time, and the output the host call's bits.
+/// kernels in launch order, each with a positive time, and the output the host call's bits; the
+/// values kernel is the wide one from `WIDE_MIN_BLOCKS` blocks on (2 KV heads, head dim 64: one
+/// block a KV head) and the narrow one below.
 #[test]
 fn time_launch_each_names_the_decode_kernels_and_writes_the_output() {
     let Some(gpu) = gpu("time_launch_each_names_the_decode_kernels_and_writes_the_output") else {
         return;
     };
     let be = cuda(&gpu);
+    for (batch, values) in [
+        (1, "detattn_dec_values_f16"),
+        (WIDE_MIN_BLOCKS / 2 - 1, "detattn_dec_values_f16"),
+        (WIDE_MIN_BLOCKS / 2, "detattn_dec_values_wide_f16"),
+    ] {
+        each_kernel_of_a_decode(be, batch, values);
+    }
+}
+
+fn each_kernel_of_a_decode(be: &detattn::cuda::CudaBackend, batch: usize, values: &str) {
     let s = be.stream();
-    let p = mixed_problem(1, 1, 300);
+    let p = mixed_problem(batch, 1, 300);
     let c = inputs::<f16>(&p, 72, 0, 0, false);
     let (q, k, v) = (upload(&s, &c.q), upload(&s, &c.k), upload(&s, &c.v));
     let m = mask_bytes(&c.mask).map(|m| upload(&s, &m));
@@ -745,9 +762,10 @@ fn time_launch_each_names_the_decode_kernels_and_writes_the_output() {
         [
             "detattn_dec_scores_f16",
             "detattn_dec_weights_f16",
-            "detattn_dec_values_f16",
+            values,
             "detattn_dec_finish_f16"
-        ]
+        ],
+        "batch {batch}"
     );
     assert!(
         each.iter().all(|(_, us)| *us > 0.0 && us.is_finite()),

@@ -243,9 +243,10 @@ impl DecCfg {
 /// decode takes that kernel rather than `dec_values` (kernels/exact.cu says why there are two;
 /// both give the same bits). Below it the narrow kernel's four times as many blocks, and its
 /// cheaper work a key, keep more chains running at once (dec1, 8 KV heads, needs them). Measured
-/// at 128 and 256 blocks, 16–18 % faster than the narrow kernel (docs/perf.md); the crossover
-/// below 128 is not measured.
-const DEC_WIDE_MIN_BLOCKS: usize = 128;
+/// on the H100, whole calls (docs/perf.md, "Where the wide kernel starts to pay"): the wide
+/// kernel 10 % slower at 64 blocks and 2.05× at 8, 8 % faster at 96, 16–18 % at 128 and 256;
+/// between 64 and 96 not measured.
+const DEC_WIDE_MIN_BLOCKS: usize = 96;
 
 /// Whether every row of `t` (`d` elements of `es` bytes) starts at a 16-byte aligned address and
 /// is a whole number of 16-byte units, so that the decode kernels may move it in 16-byte units.

@@ -19,11 +19,12 @@
 //! work on device-resident inputs (`CudaBackend::time_launch`, `--path exact|tensorcore`,
 //! `--dtype f32|f16|bf16`; the tensorcore path takes f16 and bf16 and defaults to bf16). Inputs
 //! are copied into the same buffers before every measurement (outside the timed region), so every
-//! class runs at the same addresses. The classes are generated for the
-//! element type (`classes.rs`: "huge" near *its* largest value, *its* subnormals). On the GPU, L2
-//! is overwritten after the copies (`gpu.rs`; `--keep-l2` skips it), `--each-kernel` tests every
-//! kernel of the call on its own as well, and `--kernel memcpy` is a control that times the
-//! driver's copy of K and V instead of attention (the GPU's own dependence on the values).
+//! class runs at the same addresses. The classes are generated for the element type
+//! (`classes.rs`: "huge" near *its* largest value, *its* subnormals). On the GPU, L2 is
+//! overwritten after the copies (`gpu.rs`; `--keep-l2` skips it), `--each-kernel` tests every
+//! kernel of the call on its own as well, and `--kernel memcpy` and `memcpy-reread` are controls
+//! that time the driver's copies of K and V instead of attention (the GPU's own dependence on the
+//! values).
 //!
 //! Every class runs under `NonFinitePolicy::Propagate`, so that non-finite input is computed on
 //! (under the default `Reject`, it is refused before any work: that it existed is public by
@@ -759,7 +760,6 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     })
 }
 
-/// Median of a non-empty sample (mean of the middle two for an even count).
 /// An A/A control: two samples of the baseline that should not differ.
 struct Control {
     label: String,
@@ -917,6 +917,7 @@ impl KernelSamples {
     }
 }
 
+/// Median of a sample (mean of the middle two for an even count; 0 for none).
 fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);

@@ -65,6 +65,9 @@
 //!   runs in binary64 with the binary32 bits (x86 cores take far longer on subnormals), and the
 //!   dudect timing test is the check, run per machine (`docs/audit.md`); the SASS audit checks the
 //!   GPU machine code.
+//! - On the GPU, the same time for entirely zero data as for other data: the GPU's memory system
+//!   takes a few tens of nanoseconds more or less for all-zero lines written and read back (its
+//!   own copies show it too; `docs/threat-model.md`).
 //! - On the `TensorCore` path: the CPU's or `Exact`'s bits, the same bits on another GPU
 //!   architecture, or `Exact`'s accuracy for inputs of extreme magnitude (finite, but the
 //!   tensor cores' f16/bf16 operands and `ex2.approx` bound the accuracy; an absurd scale or a

@@ -94,31 +94,37 @@ struct ElemF32 {
     static constexpr unsigned NAN_BITS = 0x7FC00000u;
     __device__ static float maxt() { return __int_as_float(0x7F7FFFFF); }
 };
-struct ElemF16 {
+// The widening loads both 2-byte element types share; E supplies widen1 (one element) and widen2
+// (the two elements of a 32-bit word).
+template <class E>
+struct Elem16Widen {
+    __device__ static void widen8(const unsigned char* s, float (&x)[8]) {
+        const uint4 w = *reinterpret_cast<const uint4*>(s);
+        E::widen2(w.x, x[0], x[1]);
+        E::widen2(w.y, x[2], x[3]);
+        E::widen2(w.z, x[4], x[5]);
+        E::widen2(w.w, x[6], x[7]);
+    }
+    template <int N>
+    __device__ static void widen(const unsigned short* s, float (&x)[N]) {
+        static_assert(N == 1 || N == 4, "one or four elements");
+        if constexpr (N == 1) {
+            x[0] = E::widen1(s[0]);
+        } else {
+            const uint2 w = *reinterpret_cast<const uint2*>(s);
+            E::widen2(w.x, x[0], x[1]);
+            E::widen2(w.y, x[2], x[3]);
+        }
+    }
+};
+struct ElemF16 : Elem16Widen<ElemF16> {
     typedef unsigned short T;
     __device__ static float load(const T* p, long long i) { return widen1(p[i]); }
     __device__ static float widen1(T x) { return __half2float(__ushort_as_half(x)); }
-    __device__ static void widen8(const unsigned char* s, float (&x)[8]) {
-        const uint4 w = *reinterpret_cast<const uint4*>(s);
-        const unsigned u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            x[2 * k] = widen1((unsigned short)(u[k] & 0xFFFFu));
-            x[2 * k + 1] = widen1((unsigned short)(u[k] >> 16));
-        }
-    }
-    template <int N>
-    __device__ static void widen(const T* s, float (&x)[N]) {
-        static_assert(N == 1 || N == 4, "one or four elements");
-        if constexpr (N == 1) {
-            x[0] = widen1(s[0]);
-        } else {
-            const uint2 w = *reinterpret_cast<const uint2*>(s);
-            x[0] = widen1((unsigned short)(w.x & 0xFFFFu));
-            x[1] = widen1((unsigned short)(w.x >> 16));
-            x[2] = widen1((unsigned short)(w.y & 0xFFFFu));
-            x[3] = widen1((unsigned short)(w.y >> 16));
-        }
+    // The two halves of a 32-bit word, low element first.
+    __device__ static void widen2(unsigned u, float& lo, float& hi) {
+        lo = widen1((unsigned short)(u & 0xFFFFu));
+        hi = widen1((unsigned short)(u >> 16));
     }
     // IEEE binary32 -> binary16, round to nearest even, subnormals kept.
     __device__ static unsigned round_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
@@ -126,31 +132,14 @@ struct ElemF16 {
     static constexpr unsigned NAN_BITS = 0x7E00u;
     __device__ static float maxt() { return 65504.0f; }
 };
-struct ElemBf16 {
+struct ElemBf16 : Elem16Widen<ElemBf16> {
     typedef unsigned short T;
     __device__ static float load(const T* p, long long i) { return widen1(p[i]); }
     __device__ static float widen1(T x) { return __uint_as_float((unsigned)x << 16); }
-    __device__ static void widen8(const unsigned char* s, float (&x)[8]) {
-        const uint4 w = *reinterpret_cast<const uint4*>(s);
-        const unsigned u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            x[2 * k] = __uint_as_float(u[k] << 16);
-            x[2 * k + 1] = __uint_as_float(u[k] & 0xFFFF0000u);
-        }
-    }
-    template <int N>
-    __device__ static void widen(const T* s, float (&x)[N]) {
-        static_assert(N == 1 || N == 4, "one or four elements");
-        if constexpr (N == 1) {
-            x[0] = widen1(s[0]);
-        } else {
-            const uint2 w = *reinterpret_cast<const uint2*>(s);
-            x[0] = __uint_as_float(w.x << 16);
-            x[1] = __uint_as_float(w.x & 0xFFFF0000u);
-            x[2] = __uint_as_float(w.y << 16);
-            x[3] = __uint_as_float(w.y & 0xFFFF0000u);
-        }
+    // The two halves of a 32-bit word, low element first (a shift and a mask, no conversion).
+    __device__ static void widen2(unsigned u, float& lo, float& hi) {
+        lo = __uint_as_float(u << 16);
+        hi = __uint_as_float(u & 0xFFFF0000u);
     }
     // §7: (b + 0x7FFF + ((b >> 16) & 1)) >> 16 on finite b, unsigned 32-bit.
     __device__ static unsigned round_bits(float x) {

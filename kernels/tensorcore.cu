@@ -137,7 +137,7 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
 }
 
 // The same single MUFU instruction for every value (no range-dependent path).
-// ex2.approx(-inf) = +0 by the PTX spec; masked scores are also zeroed by selection.
+// ex2.approx(-inf) = +0 by the PTX ISA: a masked score (-inf) gets weight +0 through it.
 __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -377,11 +377,19 @@ __device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
 // wgmma plumbing (sm_90a; the WG branches of tc::fwd call these, other targets never do). A shared
 // operand's descriptor: 128-byte swizzle (the 16-byte chunk c of a 128-byte row r sits at chunk
 // c ^ (r & 7), atoms of 8 rows, 1024-byte aligned), start address, the byte strides between
-// 64-element panels (lbo; N-major operands) and between 8-row groups (sbo).
-__device__ __forceinline__ unsigned long long wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
-}
+// 64-element panels (lbo; N-major operands) and between 8-row groups (sbo). The k-steps of one
+// operand differ only in the start address, so a call site forms the two halves once and each
+// k-step's descriptor is one add (`at`): the start field is (address >> 4) of a shared address below
+// 2^18 (shared memory's whole window), so adding a step's (offset >> 4) never carries into lbo.
+struct WgDesc {
+    uint32_t lo, hi;
+    __device__ __forceinline__ WgDesc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+        : lo(((addr & 0x3ffffu) >> 4) | ((lbo >> 4) << 16)), hi((sbo >> 4) | (1u << 30)) {}
+    // The descriptor of the operand `off` bytes (a multiple of 16) further on.
+    __device__ __forceinline__ unsigned long long at(uint32_t off) const {
+        return ((unsigned long long)hi << 32) | (lo + (off >> 4));
+    }
+};
 // Before a batch of wgmma whose registers other instructions wrote; after the writes of cp.async
 // (generic proxy) and before wgmma reads them (async proxy); closing and awaiting the batch.
 __device__ __forceinline__ void wg_fence() {
@@ -489,6 +497,30 @@ __device__ __forceinline__ void bar_sync_id(int id) {
 template <int N>
 __device__ __forceinline__ void bar_arrive_id(int id) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(N) : "memory");
+}
+
+// The largest of m and a row half's 2·NB scores in one thread's S fragment (hf: the row half). Max is
+// exact and order-free (a NaN is ignored in any order; the sign of a zero maximum reaches no value:
+// docs/tensorcore-numerics.md §5), so the order changes no bit. TREE (the sm_90 wgmma and
+// warp-specialised loops): a tree of fmaxf, log2(2·NB) deep; else a chain in column order.
+template <bool TREE, int NB>
+__device__ __forceinline__ float tile_max(const float (&s)[NB][4], int hf, float m) {
+    if constexpr (!TREE) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) m = fmaxf(fmaxf(m, s[nb][hf * 2]), s[nb][hf * 2 + 1]);
+        return m;
+    }
+    float t[2 * NB];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+        t[2 * nb] = s[nb][hf * 2];
+        t[2 * nb + 1] = s[nb][hf * 2 + 1];
+    }
+#pragma unroll
+    for (int w = 1; w < 2 * NB; w *= 2)
+#pragma unroll
+        for (int i = 0; i < 2 * NB; i += 2 * w) t[i] = fmaxf(t[i], t[i + w]);
+    return fmaxf(m, t[0]);
 }
 
 // 2^k as an f32, for k in [-126, 127] (exponent field built with integer ops).
@@ -784,7 +816,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     auto bar_em = [&](int st) -> uint32_t { return sBar + (2 * STAGES + st) * 8; };
     // A consumer's wait for tile n's K (isk) or V: its stage's full barrier, the phase of that use.
     auto wait_full = [&](bool isk, int n) {
-        mbar_wait(isk ? bar_fk(n % STAGES) : bar_fv(n % STAGES), (n / STAGES) & 1);
+        const unsigned u = (unsigned)n;  // n >= 0: unsigned division by the power of two is a shift
+        mbar_wait(isk ? bar_fk(u % STAGES) : bar_fv(u % STAGES), (u / STAGES) & 1);
     };
     if constexpr (C::TMA) {
         static_assert(CT % STAGES == 0, "a chunk's first tile takes stage 0");
@@ -945,8 +978,10 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     auto wg_issue_s = [&](uint32_t sKs, float (&acc)[32]) {
         if constexpr (C::WG) {
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk)
-                Ty<T>::template wg_n64<0>(acc, qf[0][kk], wg_desc(sKs + (kk >> 2) * BN * 128 + (kk & 3) * 32, 16, 1024));
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const WgDesc dk(sKs, 16, 1024);
+                Ty<T>::template wg_n64<0>(acc, qf[0][kk], dk.at((kk >> 2) * BN * 128 + (kk & 3) * 32));
+            }
         }
     };
     auto wg_issue_o = [&](uint32_t sVs, const uint32_t (&pa)[BN / 16][4]) {
@@ -954,7 +989,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             float(&acc)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                const unsigned long long desc = wg_desc(sVs + kk * 16 * 128, BN * 128, 1024);
+                const unsigned long long desc = WgDesc(sVs, BN * 128, 1024).at(kk * 16 * 128);
                 if constexpr (D == 128) Ty<T>::wg_o(acc, pa[kk], desc);
                 else Ty<T>::template wg_n64<1>(acc, pa[kk], desc);
             }
@@ -1036,7 +1071,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
 
     // Mask tile j's scores by position only: tiles that cross L or the causal diagonal of this tile's
     // first row, and every tile when a boolean mask is given (its values are only ever selected on,
-    // never branched on). Returns whether the tile was masked (the softmax then zeroes masked weights).
+    // never branched on). Returns whether the tile was masked. A masked score is -inf, whose weight
+    // is +0 with or without softmax_tile's selection: fma(-inf, sl2e, nms) = -inf (sl2e > 0, nms
+    // finite) and ex2.approx(-inf) = +0 (PTX ISA).
     auto mask_tile = [&](int j, float (&sacc)[MT][NB][4]) -> bool {
         const int kbase = j * BN;
         const bool has_mask = mask != nullptr;
@@ -1120,6 +1157,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     // applied), the same partial sums. The rescale of O by corr: here, or left in `corr` for
     // `rescale` (WG, whose O is still being written by the previous tile's P·V; WS, whose O is the
     // other warps').
+    // The sm_90 loops (wgmma prefill, warp-specialised decode): the row max by a tree and no
+    // selection of masked weights (same bits; fewer instructions and a shorter chain a tile).
+    constexpr bool SM90_LOOP = C::WG || C::WS;
     auto softmax_tile = [&](float (&sacc)[MT][NB][4], bool need_mask, float (&corr_out)[MT][2]) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -1138,12 +1178,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                     continue;
                 }
                 const float m_old = mrow[mt][hf];
-                float mx = m_old;
-#pragma unroll
-                for (int nb = 0; nb < NB; ++nb) {
-                    mx = fmaxf(mx, sacc[mt][nb][hf * 2]);
-                    mx = fmaxf(mx, sacc[mt][nb][hf * 2 + 1]);
-                }
+                float mx = tile_max<SM90_LOOP>(sacc[mt], hf, m_old);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 mrow[mt][hf] = mx;
@@ -1176,8 +1211,11 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const float s = sacc[mt][nb][hf * 2 + e];
-                        float p = ex2(__fmaf_rn(s, sl2e, nms));
-                        if (need_mask) p = (s == TC_NEG_INF) ? 0.f : p;
+                        float p = ex2(__fmaf_rn(s, sl2e, nms));  // masked (-inf): +0
+                        // The selection changes no bit (mask_tile); the sm_80..89 D = 128 kernels
+                        // keep it: without it their ptxas spilled to local memory (2026-11-27).
+                        if constexpr (!SM90_LOOP)
+                            if (need_mask) p = (s == TC_NEG_INF) ? 0.f : p;
                         sacc[mt][nb][hf * 2 + e] = p;
                         rs = __fadd_rn(rs, p);
                     }
@@ -1281,14 +1319,15 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             softmax_tile(sacc, mask_tile(j0, sacc), corr);
             rescale(corr);
         }
-        // PP (TMA, not causal): the two warpgroups take turns issuing their GEMMs (named barriers 2
-        // and 3), so that one's softmax runs while the other's S and P·V occupy the tensor cores.
-        // Warpgroup 1 lets warpgroup 0 go first; each passes the turn on after issuing, but for
+        // PP (TMA; causal only at D 128): the two warpgroups take turns issuing their GEMMs (named
+        // barriers 2 and 3), so that one's softmax runs while the other's S and P·V occupy the tensor
+        // cores. Warpgroup 1 lets warpgroup 0 go first; each passes the turn on after issuing, but for
         // warpgroup 1's last, which nobody would wait for. Positions only; no bit moves (the order
-        // in which warpgroups issue is not arithmetic). Measured (H100, docs/perf.md): W2 -6.5 %,
-        // but the causal workloads 1-4 % slower (likely, not measured: their diagonal tiles give the
-        // two warpgroups unequal work, which strict turns serialise), so causal kernels do not.
-        constexpr bool PP = C::TMA && !CAUSAL;
+        // in which warpgroups issue is not arithmetic). Measured (H100, docs/perf.md): W2 -6.5 % but
+        // the causal workloads 1-4 % slower with the softmax of 2026-11-27 morning; with its shorter
+        // form (tile_max, no selection; 2026-11-27 evening) turns make the causal D 128 workloads
+        // 3 % faster and the causal D 64 one (W5) 0.5-2 % slower, hence the condition.
+        constexpr bool PP = C::TMA && (!CAUSAL || D == 128);
         const int wgi = PP ? __shfl_sync(0xffffffffu, warp, 0) >> 2 : 0;
         if constexpr (PP) {
             if (wgi == 1 && j0 + 1 < jend) bar_arrive_id<NT>(2);
@@ -1314,9 +1353,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             wg_keep(oa);
             if constexpr (PP) bar_sync_id<NT>(2 + wgi);  // this warpgroup's turn
             wg_fence();
-            wg_issue_s(sK + ((j + 1) % STAGES) * BN * D * 2, na);
+            wg_issue_s(sK + ((unsigned)(j + 1) % STAGES) * BN * D * 2, na);
             wg_commit();
-            wg_issue_o(sV + (j % STAGES) * BN * D * 2, pa);
+            wg_issue_o(sV + ((unsigned)j % STAGES) * BN * D * 2, pa);
             wg_commit();
             if constexpr (PP) {
                 if (wgi == 0 || j + 2 < jend) bar_arrive_id<NT>(3 - wgi);  // the other's turn
@@ -1378,12 +1417,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             nm = mask_tile(j0 + i, sacc);
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                float mx = TC_NEG_INF;
-#pragma unroll
-                for (int nb = 0; nb < NB; ++nb) {
-                    mx = fmaxf(mx, sacc[0][nb][hf * 2]);
-                    mx = fmaxf(mx, sacc[0][nb][hf * 2 + 1]);
-                }
+                float mx = tile_max<true>(sacc[0], hf, TC_NEG_INF);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 if ((lane & 3) == 0)

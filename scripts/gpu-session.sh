@@ -219,9 +219,12 @@ for s in "${STAGES[@]}"; do
         --head-dim 64 --n 10000 --json-out "$OUT/tcdudect-f16-d64.json"
       stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
         --head-dim 128 --n 10000 --json-out "$OUT/tcdudect-bf16-d128.json"
-      # Causal: on sm_90 the TMA prefill kernels without the warpgroups' turns (tc_fwdt_*_causal).
+      # Causal: on sm_90 the TMA prefill kernels with the warpgroups' turns at D 128 and without
+      # them at D 64 (tc_fwdt_*_causal).
       stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \
         --head-dim 128 --causal --n 10000 --json-out "$OUT/tcdudect-bf16-d128-causal.json"
+      stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype f16 \
+        --head-dim 64 --causal --n 10000 --json-out "$OUT/tcdudect-f16-d64-causal.json"
       # The key split: a split decode (4200 keys: three chunk blocks and tc_merge) and a prefill of
       # three chunk launches.
       stage tcdudect 300 .carry/bin/detattn-dudect --backend cuda --path tensorcore --dtype bf16 \

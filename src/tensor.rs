@@ -20,7 +20,7 @@
 //! `j % page_size` of head `h` of page `block_table[b][j / page_size]`. Paging is a layout too:
 //! the bits are those of the contiguous K and V.
 //!
-//! [`check_call`] is the validation every entry point runs first, host or device, CPU or GPU,
+//! `check_call` is the validation every entry point runs first, host or device, CPU or GPU,
 //! in one order: the extents of q, k, v against their buffers (for a paged cache: the page size,
 //! the pages' extents, the block table's length, then each sequence's capacity and the table
 //! entries it uses), then the mask, then the output's extent and its rows' disjointness, then the

@@ -1065,7 +1065,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
 /// The raw-address entry point lives here, beside the other unsafe code of the crate (the lint
 /// keeps `unsafe` out of `backend.rs`).
 impl super::CudaBackend {
-    /// [`run_device`](CudaBackend::run_device) for memory cudarc does not own, given by raw
+    /// [`run_device`](super::CudaBackend::run_device) for memory cudarc does not own, given by raw
     /// addresses (bindings: PyTorch tensors, DLPack), on a raw stream handle (`0`: the legacy
     /// default stream; PyTorch's `torch.cuda.current_stream().cuda_stream`). Beyond the checks of
     /// `run_device`, each address must be device memory of this GPU whose allocation holds the

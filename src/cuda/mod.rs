@@ -7,7 +7,7 @@
 //! `kernels/cubin/`, each checked against its recorded SHA-256 before it is loaded. What it does
 //! not: it never compiles CUDA at run time and never falls back to another binary or to the CPU
 //! (`Backend::Auto` in the engine is where a fallback is chosen). Without a CUDA driver everything
-//! here returns [`Error::NoCudaDriver`](crate::Error::NoCudaDriver); nothing panics.
+//! here returns [`Error::NoCudaDriver`]; nothing panics.
 //!
 //! Reading order: `path` (what a GPU path is: plan, scratch, launches), `entry` (the entry points,
 //! written once for every path), `varlen` (variable-length batches on any path), `paged` (paged

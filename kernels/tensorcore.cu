@@ -605,7 +605,8 @@ struct Cfg {
     static constexpr bool PIPE = DEC && STAGES >= 3 && !WS;
     // sm_90a prefill at D = 64 and 128: both GEMMs on wgmma, two warpgroups of 64 rows (the primitives above).
     static constexpr bool WG = TC_WGMMA && !DEC && (D == 128 || D == 64);
-    static_assert(!WG || (MT == 1 && NW == 8 && BN == 64 && QREG), "wgmma: a warp per m16 tile, Q in registers");
+    static_assert(!WG || (MT == 1 && (NW == 8 || (NW == 12 && TMA_ && D == 64)) && BN == 64 && QREG),
+                  "wgmma: a warp per m16 tile, Q in registers; three warpgroups only in the D 64 TMA kernels");
     // The TMA prefill (tc_fwdt_*): the WG loop fed by a producer warpgroup (warps NW .. NW + 3) through
     // mbarriers instead of every thread's cp.async; three barriers of 8 bytes per stage.
     static constexpr bool TMA = TMA_ && WG;
@@ -624,7 +625,7 @@ struct Cfg {
     static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF + BARS + (WG ? 1024 : 0);
     static_assert(D % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile shape");
     static_assert(!DEC || (MT == 1 && (D / 16) % NW == 0), "decode: one m16 tile, warps split D");
-    static_assert((BM * CH) % NT == 0 && (BN * CH) % NT == 0, "copy loop must divide evenly");
+    static_assert((BM * CH) % NT == 0 && (TMA || (BN * CH) % NT == 0), "copy loop must divide evenly");
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -831,8 +832,12 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             mbar_init_fence();
         }
         __syncthreads();  // the barriers, initialised for every thread (the last barrier of all NTL)
+        // One block per SM; the producer warpgroup gives registers up and the NW / 4 consumer
+        // warpgroups take them (setmaxnreg): two: 40 + 2 · 232 = 3 · 168; three: 40 + 3 · 152 <= 4 · 128.
+        // (Constants here, not Cfg members: those become cubin symbols on every architecture.)
+        constexpr int REG_P = 40, REG_C = NW == 12 ? 152 : 232;
         if (warp >= NW) {  // the producer warpgroup (public: the thread index)
-            regs_down<40>();
+            regs_down<REG_P>();
             if (warp == NW) {
                 const int ntl = jend - j0;
 #pragma unroll 1
@@ -868,7 +873,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             }
             return;
         }
-        regs_up<232>();
+        regs_up<REG_C>();
     }
 
     load_rows<D, BM, NT, T>(sQ, q_row, q0, nrows, tid);
@@ -1327,7 +1332,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         // the causal workloads 1-4 % slower with the softmax of 2026-11-27 morning; with its shorter
         // form (tile_max, no selection; 2026-11-27 evening) turns make the causal D 128 workloads
         // 3 % faster and the causal D 64 one (W5) 0.5-2 % slower, hence the condition.
-        constexpr bool PP = C::TMA && (!CAUSAL || D == 128);
+        constexpr bool PP = C::TMA && NW == 8 && (!CAUSAL || D == 128);
         const int wgi = PP ? __shfl_sync(0xffffffffu, warp, 0) >> 2 : 0;
         if constexpr (PP) {
             if (wgi == 1 && j0 + 1 < jend) bar_arrive_id<NT>(2);
@@ -1779,19 +1784,19 @@ using tc::uint32_t;
     }
 // The TMA prefill kernels (tc_fwdt_*, sm_90a): TC_KERNEL's parameters, then the tensor maps of K and
 // V. Launched with a producer warpgroup besides the NW computing warps, one block per SM (the
-// producer gives up registers to the consumers: 40 + 2 x 232 = 3 x 168).
+// producer gives up registers to the consumers: REG_P, REG_C in tc::fwd).
 #define TC_KERNEL_TMA(NAME, T, D, NW, BN, ST, CAUSAL)                                                   \
     extern "C" __global__ void __launch_bounds__(NW * 32 + 128, 1)                                      \
         NAME(TC_PARAMS, const __grid_constant__ tc::TmaMap tk, const __grid_constant__ tc::TmaMap tv) { \
         TC_ARGS;                                                                                        \
         tc::fwd<T, D, 1, NW, BN, ST, true, CAUSAL, false, false, true>(A, &tk, &tv);                   \
     }
-#define TC_FAMILY_TMA(D, BN, ST)                                                                      \
-    TC_CFG_(tc_cfg_tma_d##D, D, 1, 8, BN, ST, true, false, true)                                    \
-    TC_KERNEL_TMA(tc_fwdt_f16_d##D, __half, D, 8, BN, ST, false)                                    \
-    TC_KERNEL_TMA(tc_fwdt_f16_d##D##_causal, __half, D, 8, BN, ST, true)                            \
-    TC_KERNEL_TMA(tc_fwdt_bf16_d##D, __nv_bfloat16, D, 8, BN, ST, false)                            \
-    TC_KERNEL_TMA(tc_fwdt_bf16_d##D##_causal, __nv_bfloat16, D, 8, BN, ST, true)
+#define TC_FAMILY_TMA(D, NW, BN, ST)                                                                  \
+    TC_CFG_(tc_cfg_tma_d##D, D, 1, NW, BN, ST, true, false, true)                                   \
+    TC_KERNEL_TMA(tc_fwdt_f16_d##D, __half, D, NW, BN, ST, false)                                   \
+    TC_KERNEL_TMA(tc_fwdt_f16_d##D##_causal, __half, D, NW, BN, ST, true)                           \
+    TC_KERNEL_TMA(tc_fwdt_bf16_d##D, __nv_bfloat16, D, NW, BN, ST, false)                           \
+    TC_KERNEL_TMA(tc_fwdt_bf16_d##D##_causal, __nv_bfloat16, D, NW, BN, ST, true)
 
 #define TC_CFG_(NAME, D, MT, NW, BN, ST, QREG, DEC, TMA)                                               \
     extern "C" __constant__ int NAME[4] = {tc::Cfg<D, MT, NW, BN, ST, QREG, DEC, TMA>::BM,            \
@@ -1844,8 +1849,8 @@ TC_FAMILY(tc_fwd, tc_cfg_d256,    256, 1, 4, TC_BN_D256, 2, false, 1)
 // sm_90a: the same D 64 and 128 prefill fed by TMA (tc_fwdt_*); the host takes them where K and V's
 // layout suits a tensor map (src/cuda/tensorcore.rs), tc_fwd_* elsewhere. Same bits.
 #if TC_WGMMA
-TC_FAMILY_TMA(64, TC_BN_D64, 4)
-TC_FAMILY_TMA(128, TC_BN_D128, 4)
+TC_FAMILY_TMA(64, 12, TC_BN_D64, 4)
+TC_FAMILY_TMA(128, 8, TC_BN_D128, 4)
 #endif
 // Decode stages (the stage count does not change the bits). Four for the larger tiles where shared
 // memory allows: the pipelined decode loop (tc::fwd, PIPE) needs tile j + 1 resident while it works

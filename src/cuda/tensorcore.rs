@@ -516,9 +516,19 @@ impl GpuPath for TensorCore {
             // [B, Hkv, nch, 16 rows, D + 4] f32 (kernels/tensorcore.cu, `TcMerge`).
             4 * s.batch * s.kv_heads * nch * DECODE_ROWS * (s.head_dim + 4)
         } else {
-            // BM · (D + 8) f32 per block of the prefill grid.
-            let bm = self.cfg_fwd[plan.di].bm;
-            4 * s.batch * s.q_heads * s.q_len.div_ceil(bm) * bm * (s.head_dim + 8)
+            // BM · (D + 8) f32 per block of the prefill grid, for whichever family the launch takes
+            // (tc_fwd_* or, on sm_90, tc_fwdt_*, whose D 64 blocks hold 192 rows): the larger.
+            let tma_bm = self
+                .tma
+                .as_ref()
+                .and_then(|t| t.cfg.get(plan.di))
+                .map_or(0, |c| c.bm);
+            [self.cfg_fwd[plan.di].bm, tma_bm]
+                .into_iter()
+                .filter(|&bm| bm > 0)
+                .map(|bm| 4 * s.batch * s.q_heads * s.q_len.div_ceil(bm) * bm * (s.head_dim + 8))
+                .max()
+                .unwrap_or(4)
         };
         vec![
             16, // words (3 u32)

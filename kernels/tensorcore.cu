@@ -603,7 +603,7 @@ struct Cfg {
     // each, so that a tile's work is no longer one dependent chain repeated by every warp.
     static constexpr bool WS = DEC && TC_DEC_WS && (D == 64 || D == 128) && NW == 4;
     static constexpr bool PIPE = DEC && STAGES >= 3 && !WS;
-    // sm_90a prefill at D = 64 and 128: both GEMMs on wgmma, two warpgroups of 64 rows (the primitives above).
+    // sm_90a prefill at D = 64 and 128: both GEMMs on wgmma, warpgroups of 64 rows (the primitives above).
     static constexpr bool WG = TC_WGMMA && !DEC && (D == 128 || D == 64);
     static_assert(!WG || (MT == 1 && (NW == 8 || (NW == 12 && TMA_ && D == 64)) && BN == 64 && QREG),
                   "wgmma: a warp per m16 tile, Q in registers; three warpgroups only in the D 64 TMA kernels");

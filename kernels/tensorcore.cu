@@ -1413,13 +1413,12 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         auto slot = [&](int i) -> uint32_t { return sSlot + (uint32_t)(i & 3) * C::WS_SLOT; };
         auto tm_at = [&](int i, int hf) -> uint32_t { return sTm + ((i & 3) * 16 + (lane >> 2) + hf * 8) * 4; };
         float sacc[MT][NB][4];
-        bool nm = false;  // score warps: whether their tile needed the mask
         float m_end[2] = {TC_NEG_INF, TC_NEG_INF};  // score warps: the running max after tile 2r - 1
         // Score warps: tile i's scores into sacc, masked by position, and the tile's row maxima
         // published (one lane of each quad).
         auto ws_scores = [&](int i) {
             scores(sK + ((j0 + i) % STAGES) * BN * D * 2, sacc, 0);
-            nm = mask_tile(j0 + i, sacc);
+            mask_tile(j0 + i, sacc);
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 float mx = tile_max<true>(sacc[0], hf, TC_NEG_INF);
@@ -1462,7 +1461,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                         lrow[0][hf] = 0.f;
                     }
                     float corr[MT][2];
-                    softmax_tile(sacc, nm, corr);
+                    static_assert(SM90_LOOP, "WS: softmax_tile makes no selection, so needs no mask flag");
+                    softmax_tile(sacc, false, corr);
                     const uint32_t sl = slot(i);
 #pragma unroll
                     for (int kk = 0; kk < BN / 16; ++kk) {

@@ -711,17 +711,19 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     // The key split (docs/tensorcore-numerics.md §9): chunk c is tiles [c·CT, (c + 1)·CT).
     // Decode, split launch (gridDim.x > 1): the block runs chunk blockIdx.x and leaves the fold to
     //   tc_merge. Decode, one block per kv head (gridDim.x = 1): every chunk, folded in registers at
-    //   each boundary (`whole`). Prefill: chunk A.chunk of one launch per chunk (the host launches
-    //   chunks 0, 1, ... in order on one stream), folded in the epilogue into the state the previous
-    //   launch left in `part`: at a chunk boundary inside the loop, ptxas spilled the D = 128
-    //   kernels (stack 8-24 bytes, whatever the form of the fold; decode has registers to spare).
+    //   each boundary (`whole`). TMA prefill (sm_90): every chunk in one launch, each chunk's
+    //   partial folded into a state in `part` at the boundary (chunk_out) and the last one in the
+    //   epilogue. Other prefill: chunk A.chunk of one launch per chunk (the host launches chunks
+    //   0, 1, ... in order on one stream), folded in the epilogue into the state the previous
+    //   launch left in `part`: at a chunk boundary inside the mma.sync loop, ptxas spilled the
+    //   D = 128 kernels (stack 8-24 bytes, whatever the form of the fold).
     // A block whose keys ended in an earlier chunk has nothing to do (by position).
     constexpr int CT = TC_KCHUNK / BN;
     static_assert(TC_KCHUNK % BN == 0, "a chunk is whole key tiles");
     const bool whole = DEC && gridDim.x == 1;
-    const int chunk = DEC ? (int)blockIdx.x : A.chunk;
+    const int chunk = DEC ? (int)blockIdx.x : C::TMA ? 0 : A.chunk;  // TMA: the host launches chunk 0
     const int j0 = chunk * CT;
-    const int jend = whole ? ntiles : min(ntiles, j0 + CT);
+    const int jend = (whole || C::TMA) ? ntiles : min(ntiles, j0 + CT);
     if (chunk > 0 && j0 >= ntiles) return;
 
     // K (or V) of tile j into its stage j % STAGES: a tile wholly before L (decode, contiguous) by
@@ -835,7 +837,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         // One block per SM; the producer warpgroup gives registers up and the NW / 4 consumer
         // warpgroups take them (setmaxnreg): two: 40 + 2 · 232 = 3 · 168; three: 40 + 3 · 152 <= 4 · 128.
         // (Constants here, not Cfg members: those become cubin symbols on every architecture.)
-        constexpr int REG_P = 40, REG_C = NW == 12 ? 152 : 232;
+        constexpr int REG_P = NW == 12 ? 24 : 40, REG_C = NW == 12 ? 160 : 232;
         if (warp >= NW) {  // the producer warpgroup (public: the thread index)
             regs_down<REG_P>();
             if (warp == NW) {
@@ -971,6 +973,36 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             for (int e = 0; e < 2; ++e) {
                 float& x = oacc[mt][dn][hf * 2 + e];
                 x = fold(st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT], a, x, bw);
+            }
+    };
+
+    // TMA prefill, at a chunk boundary inside the loop: the finished chunk's partial (m, quad-summed
+    // l, O) becomes the fold state (first chunk) or is folded into it (fold_in), and goes to `part`,
+    // as the epilogue of a launch per chunk does it; the rows restart from (-inf, +0, +0). This
+    // thread's own words, written and read by it alone.
+    auto chunk_out = [&](bool first) {
+        float* st = fold_state();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float l = lrow[mt][hf];
+                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+                l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+                float m = mrow[mt][hf];
+                if (!first) fold_in(st, mt, hf, m, l);
+                st[((mt * 2 + hf) * 2) * NT] = m;
+                st[((mt * 2 + hf) * 2 + 1) * NT] = l;
+#pragma unroll
+                for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = oacc[mt][dn][hf * 2 + e];
+                        st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT] = x;
+                        x = 0.f;
+                    }
+                mrow[mt][hf] = TC_NEG_INF;
+                lrow[mt][hf] = 0.f;
             }
     };
 
@@ -1308,87 +1340,104 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         uint32_t pa[BN / 16][4];
         float(&oa)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
         float(&na)[32] = reinterpret_cast<float(&)[32]>(sn[0]);
-        if (j0 < jend) {
-            if constexpr (C::TMA) {
-                cp_async_wait<0>();  // the Q rows
-                csync();             // ... everyone's (and, bf16, scaled)
-                wait_full(true, 0);
-            } else {
-                cp_async_wait<STAGES - 2>();
-                wg_proxy_fence();  // this thread's copies of tile j0, visible to wgmma's reads
-                __syncthreads();   // ... and everyone's (and, bf16, the scaled Q rows)
-            }
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[0][kk], sQ + (offQ ^ (kk << 5)));
-            scores(sK + (j0 % STAGES) * BN * D * 2, sacc, 0);
-            softmax_tile(sacc, mask_tile(j0, sacc), corr);
-            rescale(corr);
+        if constexpr (C::TMA) {
+            cp_async_wait<0>();  // the Q rows
+            csync();             // ... everyone's (and, bf16, scaled)
         }
-        // PP (TMA; causal only at D 128): the two warpgroups take turns issuing their GEMMs (named
-        // barriers 2 and 3), so that one's softmax runs while the other's S and P·V occupy the tensor
-        // cores. Warpgroup 1 lets warpgroup 0 go first; each passes the turn on after issuing, but for
-        // warpgroup 1's last, which nobody would wait for. Positions only; no bit moves (the order
-        // in which warpgroups issue is not arithmetic). Measured (H100, docs/perf.md): W2 -6.5 % but
-        // the causal workloads 1-4 % slower with the softmax of 2026-11-27 morning; with its shorter
-        // form (tile_max, no selection; 2026-11-27 evening) turns make the causal D 128 workloads
-        // 3 % faster and the causal D 64 one (W5) 0.5-2 % slower, hence the condition.
-        constexpr bool PP = C::TMA && NW == 8 && (!CAUSAL || D == 128);
-        const int wgi = PP ? __shfl_sync(0xffffffffu, warp, 0) >> 2 : 0;
-        if constexpr (PP) {
-            if (wgi == 1 && j0 + 1 < jend) bar_arrive_id<NT>(2);
-        }
-        for (int j = j0; j + 1 < jend; ++j) {
-            if constexpr (C::TMA) {
-                const int n = j - j0;
-                wait_full(true, n + 1);
-                wait_full(false, n);
-            } else {
-                cp_async_wait<STAGES - 3>();
-                wg_proxy_fence();
-                __syncthreads();  // tile j + 1 landed for everyone; stage (j - 1) % STAGES is free again
-                if (j + STAGES - 1 < jend) load_kv(j + STAGES - 1);
-                cp_async_commit();
+        // TMA: the block's chunks one after another in this launch (docs/tensorcore-numerics.md §9),
+        // tiles [c0, c1) each, the producer's pipeline running on across the boundaries; at each
+        // boundary the chunk's partial goes into the fold state in `part` (chunk_out) and the rows
+        // restart. The other WG kernels run the one chunk of their launch (c1 = jend).
+#pragma unroll 1
+        for (int c0 = j0; C::TMA ? c0 < jend : c0 == j0; c0 += CT) {
+            const int c1 = C::TMA ? min(jend, c0 + CT) : jend;
+            if (c0 < c1) {
+                if constexpr (C::TMA) {
+                    wait_full(true, c0 - j0);
+                } else {
+                    cp_async_wait<STAGES - 2>();
+                    wg_proxy_fence();  // this thread's copies of tile j0, visible to wgmma's reads
+                    __syncthreads();   // ... and everyone's (and, bf16, the scaled Q rows)
+                }
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[0][kk], sQ + (offQ ^ (kk << 5)));
+                scores(sK + (c0 % STAGES) * BN * D * 2, sacc, 0);
+                softmax_tile(sacc, mask_tile(c0, sacc), corr);
+                rescale(corr);
             }
-            pack_p(sacc, pa);
-#pragma unroll
-            for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) sn[0][nb][e] = 0.f;
-            wg_keep(na);
-            wg_keep(oa);
-            if constexpr (PP) bar_sync_id<NT>(2 + wgi);  // this warpgroup's turn
-            wg_fence();
-            wg_issue_s(sK + ((unsigned)(j + 1) % STAGES) * BN * D * 2, na);
-            wg_commit();
-            wg_issue_o(sV + ((unsigned)j % STAGES) * BN * D * 2, pa);
-            wg_commit();
+            // PP (TMA; causal only at D 128): the two warpgroups take turns issuing their GEMMs (named
+            // barriers 2 and 3), so that one's softmax runs while the other's S and P·V occupy the tensor
+            // cores. Warpgroup 1 lets warpgroup 0 go first; each passes the turn on after issuing, but for
+            // warpgroup 1's last, which nobody would wait for. Positions only; no bit moves (the order
+            // in which warpgroups issue is not arithmetic). Measured (H100, docs/perf.md): W2 -6.5 % but
+            // the causal workloads 1-4 % slower with the softmax of 2026-11-27 morning; with its shorter
+            // form (tile_max, no selection; 2026-11-27 evening) turns make the causal D 128 workloads
+            // 3 % faster and the causal D 64 one (W5) 0.5-2 % slower, hence the condition.
+            constexpr bool PP = C::TMA && NW == 8 && (!CAUSAL || D == 128);
+            const int wgi = PP ? __shfl_sync(0xffffffffu, warp, 0) >> 2 : 0;
             if constexpr (PP) {
-                if (wgi == 0 || j + 2 < jend) bar_arrive_id<NT>(3 - wgi);  // the other's turn
+                if (wgi == 1 && c0 + 1 < c1) bar_arrive_id<NT>(2);
             }
-            wg_wait<1>();  // S of tile j + 1
-            wg_keep(na);
-            softmax_tile(sn, mask_tile(j + 1, sn), corr);
-            wg_wait<0>();  // P·V of tile j
-            wg_keep(oa);
-            if constexpr (C::TMA) {  // this warp's reads of tile j's stage are done
-                __syncwarp();
-                if (lane == 0) mbar_arrive(bar_em((j - j0) % STAGES));
+            for (int j = c0; j + 1 < c1; ++j) {
+                if constexpr (C::TMA) {
+                    const int n = j - j0;
+                    wait_full(true, n + 1);
+                    wait_full(false, n);
+                } else {
+                    cp_async_wait<STAGES - 3>();
+                    wg_proxy_fence();
+                    __syncthreads();  // tile j + 1 landed for everyone; stage (j - 1) % STAGES is free again
+                    if (j + STAGES - 1 < c1) load_kv(j + STAGES - 1);
+                    cp_async_commit();
+                }
+                pack_p(sacc, pa);
+#pragma unroll
+                for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) sn[0][nb][e] = 0.f;
+                wg_keep(na);
+                wg_keep(oa);
+                if constexpr (PP) bar_sync_id<NT>(2 + wgi);  // this warpgroup's turn
+                wg_fence();
+                wg_issue_s(sK + ((unsigned)(j + 1) % STAGES) * BN * D * 2, na);
+                wg_commit();
+                wg_issue_o(sV + ((unsigned)j % STAGES) * BN * D * 2, pa);
+                wg_commit();
+                if constexpr (PP) {
+                    if (wgi == 0 || j + 2 < c1) bar_arrive_id<NT>(3 - wgi);  // the other's turn
+                }
+                wg_wait<1>();  // S of tile j + 1
+                wg_keep(na);
+                softmax_tile(sn, mask_tile(j + 1, sn), corr);
+                wg_wait<0>();  // P·V of tile j
+                wg_keep(oa);
+                if constexpr (C::TMA) {  // this warp's reads of tile j's stage are done
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(bar_em((j - j0) % STAGES));
+                }
+                rescale(corr);
+#pragma unroll
+                for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) sacc[0][nb][e] = sn[0][nb][e];
             }
-            rescale(corr);
-#pragma unroll
-            for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) sacc[0][nb][e] = sn[0][nb][e];
-        }
-        if (j0 < jend) {  // the last tile's P·V (its V landed with the last iteration's wait)
-            if constexpr (C::TMA) wait_full(false, jend - 1 - j0);
-            pack_p(sacc, pa);
-            wg_keep(oa);
-            wg_fence();
-            wg_issue_o(sV + ((jend - 1) % STAGES) * BN * D * 2, pa);
-            wg_commit();
-            wg_wait<0>();
-            wg_keep(oa);
+            if (c0 < c1) {  // the chunk's last tile's P·V (its V landed with the last iteration's wait)
+                if constexpr (C::TMA) wait_full(false, c1 - 1 - j0);
+                pack_p(sacc, pa);
+                wg_keep(oa);
+                wg_fence();
+                wg_issue_o(sV + ((c1 - 1) % STAGES) * BN * D * 2, pa);
+                wg_commit();
+                wg_wait<0>();
+                wg_keep(oa);
+            }
+            if constexpr (C::TMA) {
+                if (c1 < jend) {  // position: another chunk follows
+                    __syncwarp();  // this warp's reads of the chunk's last stage are done
+                    if (lane == 0) mbar_arrive(bar_em((unsigned)(c1 - 1 - j0) % STAGES));
+                    chunk_out(c0 == j0);
+                }
+            }
         }
     } else if constexpr (C::WS) {
         // Decode, warp-specialised (Cfg::WS). Round r (two key tiles a round): warp w < 2 softmaxes
@@ -1628,7 +1677,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     // Prefill under the key split: does a later launch continue this block's rows? Recomputed here
     // from fresh reads (the block's tile count as above), not kept through the loop: on sm_80 the
     // D = 128 causal kernels spilled when it was.
-    bool more = false;
+    bool more = false, folds = false;
     if (!DEC) {
         uint32_t bx, bz;
         asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(bx));
@@ -1638,7 +1687,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         const int q0e = (CAUSAL ? (int)(gridDim.x - 1 - bx) : (int)bx) * BM;
         const int ende = visible_end(CAUSAL, Le, min(q0e + BM, Sq), Sq, A.top_left);
         const int nte = ende > 0 ? (ende + BN - 1) / BN : 0;
-        more = (A.chunk + 1) * CT < nte;
+        // TMA: this launch ran every chunk of the block, the last one just now.
+        more = !C::TMA && (A.chunk + 1) * CT < nte;
+        folds = C::TMA ? nte > CT : A.chunk > 0;
     }
     // WS: the rows' state and O are the O warps' (2 and 3); the score warps only join the barriers
     // (the warp index through a shuffle, as in the loop: the quad sums below stay convergent).
@@ -1656,7 +1707,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             // next launch; the last is normalised as below. A split decode block writes its chunk's
             // partial (O, m, l, sl2 · 2^sh) for tc_merge (rows 0..15 of its record, those past G·Sq
             // unused).
-            if (!DEC && A.chunk > 0) {
+            if (folds) {
                 float m = mrow[mt][hf];
                 fold_in(fold_state(), mt, hf, m, l);
                 mrow[mt][hf] = m;

@@ -360,7 +360,7 @@ pub fn cases() -> Vec<GoldenCase> {
         top_left(case("f32_top_left_d80", (1, 2, 1, 17, 70, 80), F32, 33)),
         // Past 2048 keys, the TensorCore path's key split (docs/tensorcore-numerics.md §9): a
         // split decode with ragged key lengths (one batch element within one chunk), a prefill of
-        // three chunk launches, and a masked d256 decode with empty mask rows.
+        // three chunks (on sm_90 one launch folding at each boundary), and a masked d256 decode with empty mask rows.
         lens(
             case("f16_decode_split_gqa", (2, 8, 2, 1, 5000, 128), F16, 46),
             &[5000, 2000],
@@ -465,8 +465,8 @@ pub fn cases() -> Vec<GoldenCase> {
         ),
         // The log-sum-exp output (numerics.md §10, tensorcore-numerics.md §10): rows with no
         // valid key (−inf), causal, GQA, a mask with blank rows, a varlen batch, and past the
-        // TensorCore key chunk (2048 keys) a split decode (its merge) and a prefill in two
-        // chunk launches.
+        // TensorCore key chunk (2048 keys) a split decode (its merge) and a prefill of two
+        // chunks.
         with_lse(lens(
             causal(case(
                 "f32_lse_gqa_kv_lens_causal",

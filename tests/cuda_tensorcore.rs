@@ -417,7 +417,8 @@ const SPLIT_ROWS: [usize; 14] = [
 ];
 
 /// With more keys than one chunk, the rows of a causal prefill (one launch per chunk, each folding
-/// into the state of the last), and their log-sum-exp, equal: decode steps through the split decode launch and its merge,
+/// into the state of the last; on sm_90's TMA kernels one launch whose blocks fold at each chunk
+/// boundary), and their log-sum-exp, equal: decode steps through the split decode launch and its merge,
 /// alone (key length `i + 1` by kv_lens, or by a cache of exactly `i + 1` keys: one chunk or a
 /// split) and batched with other steps (ragged chunk counts in one launch; D2, D3); windows of
 /// query rows through the prefill kernel (D4). With a mask too, whose rows 2100..2300 hide every

@@ -13,9 +13,11 @@
 //! (docs/tensorcore-numerics.md §9). With more keys than that, a decode call with fewer than
 //! [`DECODE_WHOLE_BLOCKS`] (batch × kv head) blocks splits: one block per (chunk, kv head, batch
 //! element), then a merge launch that folds the chunks in order; with more, each block walks its
-//! chunks and folds them itself. A prefill call is one launch per chunk, in order, each folding
-//! its chunk into the state the previous one left in scratch. Up to one chunk of keys, a call is
-//! one attention launch. Every choice is the shape's, and none changes a bit.
+//! chunks and folds them itself. A prefill call on the TMA kernels (sm_90) is one launch whose
+//! blocks walk their chunks, folding each into a state in scratch; on the others it is one launch
+//! per chunk, in order, each folding its chunk into the state the previous one left there. Up to
+//! one chunk of keys, a call is one attention launch. Every choice is the shape's, and none
+//! changes a bit.
 //!
 //! A paged K/V cache on the device entry (`entry::run_device_paged`) is read through its block
 //! table by the paged decode kernels (`tc_decp_*`, the same operations on rows found through the
@@ -517,18 +519,15 @@ impl GpuPath for TensorCore {
             4 * s.batch * s.kv_heads * nch * DECODE_ROWS * (s.head_dim + 4)
         } else {
             // BM · (D + 8) f32 per block of the prefill grid, for whichever family the launch takes
-            // (tc_fwd_* or, on sm_90, tc_fwdt_*, whose D 64 blocks hold 192 rows): the larger.
+            // (tc_fwd_* or, on sm_90, tc_fwdt_*, whose D 64 blocks hold 192 rows): the larger BM
+            // (the larger grid's rows rounded up to it).
             let tma_bm = self
                 .tma
                 .as_ref()
                 .and_then(|t| t.cfg.get(plan.di))
                 .map_or(0, |c| c.bm);
-            [self.cfg_fwd[plan.di].bm, tma_bm]
-                .into_iter()
-                .filter(|&bm| bm > 0)
-                .map(|bm| 4 * s.batch * s.q_heads * s.q_len.div_ceil(bm) * bm * (s.head_dim + 8))
-                .max()
-                .unwrap_or(4)
+            let bm = self.cfg_fwd[plan.di].bm.max(tma_bm).max(1);
+            4 * s.batch * s.q_heads * s.q_len.div_ceil(bm) * bm * (s.head_dim + 8)
         };
         vec![
             16, // words (3 u32)
@@ -701,8 +700,8 @@ impl TensorCore {
 
     /// The attention launches of `p` on the tensors of `io`, `part` the key split's scratch: one
     /// launch up to one chunk of keys, or for a decode that does not split; else decode, the split
-    /// launch and the merge; prefill, one launch per chunk in order (kernels/tensorcore.cu, launch
-    /// configuration).
+    /// launch and the merge; prefill, one launch (the TMA kernels) or one launch per chunk in
+    /// order (kernels/tensorcore.cu, launch configuration).
     fn attention(&self, p: &Problem, plan: &Plan, io: &Io, part: u64) -> Vec<Launch> {
         let s = p.shape();
         let causal = usize::from(p.causal());
@@ -801,12 +800,17 @@ impl TensorCore {
             }
             out
         } else {
-            let (kernel, cfg, maps) = match (&self.tma, self.tma_maps(p, plan, io)) {
-                (Some(t), Some(maps)) => (&t.fwd[plan.dt][plan.di][causal], t.cfg[plan.di], maps),
+            // The TMA kernels run every chunk of a block in one launch (the fold through `part`
+            // at each boundary inside it); the others one launch per chunk, in order.
+            let (kernel, cfg, maps, launches) = match (&self.tma, self.tma_maps(p, plan, io)) {
+                (Some(t), Some(maps)) => {
+                    (&t.fwd[plan.dt][plan.di][causal], t.cfg[plan.di], maps, 1)
+                }
                 _ => (
                     &self.fwd[plan.dt][plan.di][causal],
                     self.cfg_fwd[plan.di],
                     Vec::new(),
+                    nch.max(1),
                 ),
             };
             let grid = (
@@ -814,7 +818,7 @@ impl TensorCore {
                 s.q_heads as u32,
                 s.batch as u32,
             );
-            (0..nch.max(1))
+            (0..launches)
                 .map(|c| Launch {
                     kernel: kernel.clone(),
                     grid,

@@ -835,7 +835,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         }
         __syncthreads();  // the barriers, initialised for every thread (the last barrier of all NTL)
         // One block per SM; the producer warpgroup gives registers up and the NW / 4 consumer
-        // warpgroups take them (setmaxnreg): two: 40 + 2 · 232 = 3 · 168; three: 40 + 3 · 152 <= 4 · 128.
+        // warpgroups take them (setmaxnreg): two: 40 + 2 · 232 = 3 · 168; three: 24 + 3 · 160 <= 4 · 128
+        // (the producer's loop fits 24; with 152 the consumers of the D 64 bf16 causal kernel spilled).
         // (Constants here, not Cfg members: those become cubin symbols on every architecture.)
         constexpr int REG_P = NW == 12 ? 24 : 40, REG_C = NW == 12 ? 160 : 232;
         if (warp >= NW) {  // the producer warpgroup (public: the thread index)

@@ -360,7 +360,8 @@ pub fn cases() -> Vec<GoldenCase> {
         top_left(case("f32_top_left_d80", (1, 2, 1, 17, 70, 80), F32, 33)),
         // Past 2048 keys, the TensorCore path's key split (docs/tensorcore-numerics.md §9): a
         // split decode with ragged key lengths (one batch element within one chunk), a prefill of
-        // three chunks (on sm_90 one launch folding at each boundary), and a masked d256 decode with empty mask rows.
+        // three chunks (on sm_90 one launch folding at each boundary), and a masked d256 decode
+        // with empty mask rows.
         lens(
             case("f16_decode_split_gqa", (2, 8, 2, 1, 5000, 128), F16, 46),
             &[5000, 2000],

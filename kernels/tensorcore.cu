@@ -822,6 +822,11 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         const unsigned u = (unsigned)n;  // n >= 0: unsigned division by the power of two is a shift
         mbar_wait(isk ? bar_fk(u % STAGES) : bar_fv(u % STAGES), (u / STAGES) & 1);
     };
+    // A consumer warp's release of tile n's stage, once its last read of it (tile n's P·V) is done.
+    auto release = [&](int n) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_em((unsigned)n % STAGES));
+    };
     if constexpr (C::TMA) {
         static_assert(CT % STAGES == 0, "a chunk's first tile takes stage 0");
         if (tid == 0) {
@@ -977,6 +982,17 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             }
     };
 
+    // The words of row half (mt, hf) into the fold state st, where fold_in reads them: (m, l), then
+    // the half's O fragment.
+    auto put_state = [&](float* st, int mt, int hf, float m, float l) {
+        st[((mt * 2 + hf) * 2) * NT] = m;
+        st[((mt * 2 + hf) * 2 + 1) * NT] = l;
+#pragma unroll
+        for (int dn = 0; dn < ND; ++dn)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT] = oacc[mt][dn][hf * 2 + e];
+    };
+
     // TMA prefill, at a chunk boundary inside the loop: the finished chunk's partial (m, quad-summed
     // l, O) becomes the fold state (first chunk) or is folded into it (fold_in), and goes to `part`,
     // as the epilogue of a launch per chunk does it; the rows restart from (-inf, +0, +0). This
@@ -992,16 +1008,11 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
                 float m = mrow[mt][hf];
                 if (!first) fold_in(st, mt, hf, m, l);
-                st[((mt * 2 + hf) * 2) * NT] = m;
-                st[((mt * 2 + hf) * 2 + 1) * NT] = l;
+                put_state(st, mt, hf, m, l);
 #pragma unroll
                 for (int dn = 0; dn < ND; ++dn)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& x = oacc[mt][dn][hf * 2 + e];
-                        st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT] = x;
-                        x = 0.f;
-                    }
+                    for (int e = 0; e < 2; ++e) oacc[mt][dn][hf * 2 + e] = 0.f;
                 mrow[mt][hf] = TC_NEG_INF;
                 lrow[mt][hf] = 0.f;
             }
@@ -1412,10 +1423,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 softmax_tile(sn, mask_tile(j + 1, sn), corr);
                 wg_wait<0>();  // P·V of tile j
                 wg_keep(oa);
-                if constexpr (C::TMA) {  // this warp's reads of tile j's stage are done
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(bar_em((j - j0) % STAGES));
-                }
+                if constexpr (C::TMA) release(j - j0);
                 rescale(corr);
 #pragma unroll
                 for (int nb = 0; nb < NB; ++nb)
@@ -1434,8 +1442,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             }
             if constexpr (C::TMA) {
                 if (c1 < jend) {  // position: another chunk follows
-                    __syncwarp();  // this warp's reads of the chunk's last stage are done
-                    if (lane == 0) mbar_arrive(bar_em((unsigned)(c1 - 1 - j0) % STAGES));
+                    release(c1 - 1 - j0);
                     chunk_out(c0 == j0);
                 }
             }
@@ -1727,14 +1734,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 }
             }
             if (more) {
-                float* st = fold_state();
-                st[((mt * 2 + hf) * 2) * NT] = mrow[mt][hf];
-                st[((mt * 2 + hf) * 2 + 1) * NT] = l;
-#pragma unroll
-                for (int dn = 0; dn < ND; ++dn)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT] = oacc[mt][dn][hf * 2 + e];
+                put_state(fold_state(), mt, hf, mrow[mt][hf], l);
                 continue;
             }
             if (DEC && gridDim.x > 1) {

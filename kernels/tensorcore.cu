@@ -40,6 +40,10 @@
 //           order on one stream, the same grid, and `part` holding BM * (D + 8) f32 per block (the
 //           fold state of its rows) for gridDim.x * gridDim.y * gridDim.z blocks. A block writes its
 //           output rows in the launch of its last chunk.
+//   tc_fwdt (sm_90a; tc_cfg_tma_d<D>): grid = (G, 1, 1), G blocks walking the ceil(Sq / BM) * Hq * B
+//           query tiles (tc::fwd_tma: at most one block per SM; the host's choice of G changes no
+//           bit), each query tile's every key chunk in this one launch, `part` as for tc_fwd, the
+//           tensor maps of K and V after TcArgs's fields.
 //   Above 48 KiB of shared memory, raise cudaFuncAttributeMaxDynamicSharedMemorySize first.
 //   For any problem both kernels accept, tc_dec gives the same bits as tc_fwd (same BN per head dim,
 //   same operation sequence per row); so does any batch, query subset or decode step (docs/tensorcore.md).
@@ -620,9 +624,10 @@ struct Cfg {
     static constexpr int WS_SLOT = (BN / 16) * 32 * 16 + 32 * 16 + 32 * 8;
     static constexpr int SBUF = SPLIT ? 2 * 16 * BN * 4 : WS ? 4 * WS_SLOT + 4 * 16 * 4 : 0;
     static_assert(!WS || (STAGES == 6 && BN == 64), "WS: K and V rings of 2 (L + 1) tiles, L = 2");
-    // Q tile, K and V stages (2-byte elements), one f32 per query row (sl2 · 2^sh, bf16 only), the
-    // shared scores (SPLIT).
-    static constexpr int SMEM = (BM * D + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF + BARS + (WG ? 1024 : 0);
+    // Q tile (TMA: two, the current query tile's and the next one's, tc::fwd_tma), K and V stages
+    // (2-byte elements), one f32 per query row (sl2 · 2^sh, bf16 only), the shared scores (SPLIT).
+    static constexpr int SMEM =
+        (BM * D * (TMA ? 2 : 1) + 2 * STAGES * BN * D) * 2 + BM * 4 + SBUF + BARS + (WG ? 1024 : 0);
     static_assert(D % 16 == 0 && BN % 16 == 0 && STAGES >= 2, "tile shape");
     static_assert(!DEC || (MT == 1 && (D / 16) % NW == 0), "decode: one m16 tile, warps split D");
     static_assert((BM * CH) % NT == 0 && (TMA || (BN * CH) % NT == 0), "copy loop must divide evenly");
@@ -634,11 +639,33 @@ struct Cfg {
 #define TC_MASK_UNGUARDED 0
 #endif
 
+// TMA prefill (tc_fwdt_*): one query tile of a block's walk over several (fwd_tma, below). Positions
+// and counters only.
+struct TmaRun {
+    int qt, h, b;     // the query tile, its query head and batch element
+    uint32_t g0;      // the K/V tiles the walk moved through the stage ring before this query tile's
+    int buf;          // its Q buffer (0 or 1); the next query tile's Q goes into the other one
+    int nqt, nh, nb;  // the next query tile of the walk (nqt < 0: none)
+};
+
+// TMA prefill: the consumers' copy of query tile qt of query head h, batch element b, into the Q
+// buffer at dst (rows past Sq zero-filled), one cp.async each of its rows' 16-byte chunks.
+template <typename T, int D, int BM, int NT>
+__device__ __forceinline__ void tma_load_q(const TcArgs& A, uint32_t dst, int qt, int h, int b, int tid) {
+    const T* qb = static_cast<const T*>(A.q) + (b * A.q_bs + h * A.q_hs);
+    auto row = [&](int r) -> const T* { return qb + (long long)r * A.q_ss; };
+    load_rows<D, BM, NT, T>(dst, row, qt * BM, A.Sq, tid);
+}
+
 // PAGED (decode only): K and V are a paged cache read through TcArgs::table (the tc_decp_* kernels).
-// TMA_ (tc_fwdt_*): K and V come through the tensor maps tk and tv (Cfg::TMA).
+// TMA_ (tc_fwdt_*): K and V come through the tensor maps tk and tv (Cfg::TMA); R is the query tile
+// (the others read their block's place from blockIdx); PROD: the producer warp's part alone (the
+// consumers' code is then not in its path, where ptxas would keep their register count). Returns
+// the K/V tiles the block walked (the TMA walk's ring count; the other kernels ignore it).
 template <typename T, int D, int MT, int NW, int BN, int STAGES, bool QREG, bool CAUSAL, bool DEC, bool PAGED,
-          bool TMA_ = false>
-__device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr, const TmaMap* tv = nullptr) {
+          bool TMA_ = false, bool PROD = false>
+__device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, const TmaMap* tv = nullptr,
+                                   const TmaRun& R = TmaRun{}) {
     static_assert(DEC || !PAGED, "paged caches are read by the decode kernels only");
     const T* __restrict__ q = static_cast<const T*>(A.q);
     const T* __restrict__ k = static_cast<const T*>(A.k);
@@ -655,14 +682,15 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     constexpr int NCW = C::WS ? 2 : NW;            // decode: warps that hold O columns
     constexpr int ND = DEC ? D / 8 / NCW : D / 8;  // n8 tiles of O held by one warp
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = smem_u32(smem);
+    const uint32_t sBase = smem_u32(smem);
+    const uint32_t sQ = C::TMA ? sBase + (uint32_t)R.buf * (BM * D * 2) : sBase;
     // wgmma reads K and V through 128-byte-swizzle descriptors: their tiles start 1024-byte aligned.
-    const uint32_t sK = C::WG ? (sQ + BM * D * 2 + 1023) & ~1023u : sQ + BM * D * 2;
+    const uint32_t sK = C::WG ? (sBase + (C::TMA ? 2 : 1) * BM * D * 2 + 1023) & ~1023u : sBase + BM * D * 2;
     const uint32_t sV = sK + STAGES * BN * D * 2;
     const uint32_t sRow = sV + STAGES * BN * D * 2;  // [BM] f32: sl2 · 2^sh per query row (bf16)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int b = blockIdx.z;
+    const int b = C::TMA ? R.b : (int)blockIdx.z;
     const int G = Hq / Hkv;
     int L = kv_lens ? kv_lens[b] : Skv;
     L = min(max(L, 0), Skv);
@@ -670,8 +698,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     // Decode:  block (0, kv head, batch). Rows 0 .. G * Sq - 1 (<= 16) are the Sq query rows of the G
     //          query heads that share this kv head: contiguous in memory, row r is query row r % Sq.
     // Causal prefill: the heaviest query tiles (the last ones) start first. Scheduling only.
-    const int qt = (CAUSAL && !DEC) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int hk = DEC ? (int)blockIdx.y : (int)blockIdx.y / G;
+    const int qt = C::TMA ? R.qt : (CAUSAL && !DEC) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int hb = C::TMA ? R.h : (int)blockIdx.y;  // prefill: the query head
+    const int hk = DEC ? (int)blockIdx.y : hb / G;
     const int q0 = DEC ? 0 : qt * BM;
     const int nrows = DEC ? G * Sq : Sq;  // rows of this block's view of Q and O
     // Row r of that view: prefill, query row r of head blockIdx.y; decode, query row r % Sq of head
@@ -680,7 +709,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     const T* vb = v + (b * A.v_bs + hk * A.v_hs);
     auto q_row = [&](int r) -> const T* {
         if (DEC) return q + (b * A.q_bs + (hk * G + r / Sq) * A.q_hs + (long long)(r % Sq) * A.q_ss);
-        return q + (b * A.q_bs + (int)blockIdx.y * A.q_hs + (long long)r * A.q_ss);
+        return q + (b * A.q_bs + hb * A.q_hs + (long long)r * A.q_ss);
     };
     // PAGED: key j's page from the block table (public; j < L always here, so the entry is one the
     // host validated), then its row within the page. Every row is looked up, whatever the page
@@ -724,7 +753,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     const int chunk = DEC ? (int)blockIdx.x : C::TMA ? 0 : A.chunk;  // TMA: the host launches chunk 0
     const int j0 = chunk * CT;
     const int jend = (whole || C::TMA) ? ntiles : min(ntiles, j0 + CT);
-    if (chunk > 0 && j0 >= ntiles) return;
+    if (chunk > 0 && j0 >= ntiles) return 0;
 
     // K (or V) of tile j into its stage j % STAGES: a tile wholly before L (decode, contiguous) by
     // load_rows_full, else by load_rows (clamped rows, zero fill). WS issues K and V on their own
@@ -805,9 +834,10 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         if constexpr (C::TMA) bar_consumers<NT>();
         else __syncthreads();
     };
-    // TMA: the stages' barriers after the row scales (full K, full V, empty; tile n of the block's
-    // range, n = j - j0, uses stage n % STAGES in its use n / STAGES, whose phase parity is that use's
-    // parity). The producer warp (warp NW) waits for a stage to be empty, then moves the tile's K and V
+    // TMA: the stages' barriers after the row scales (full K, full V, empty; the walk's K/V tile
+    // u = R.g0 + n, n = j - j0, uses stage u % STAGES in its use u / STAGES, whose phase parity is that
+    // use's parity: the ring runs on from one query tile to the next, fwd_tma). The producer warp
+    // (warp NW) waits for a stage to be empty, then moves the tile's K and V
     // into it: a tile wholly before L by two (D 64: one) TMA boxes each, completing on the full
     // barriers with their byte counts; the tile that crosses L by the warp's own cp.async with the zero
     // fill of load_rows, awaited, fenced for the async proxy (wgmma's reads) and then announced by an
@@ -817,79 +847,79 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     auto bar_fk = [&](int st) -> uint32_t { return sBar + st * 8; };
     auto bar_fv = [&](int st) -> uint32_t { return sBar + (STAGES + st) * 8; };
     auto bar_em = [&](int st) -> uint32_t { return sBar + (2 * STAGES + st) * 8; };
+    // The walk's count of this query tile's K/V tile n (TMA), unsigned: its stage and the phase of
+    // that stage's use are then a mask and a shift.
+    auto ring = [&](int n) -> unsigned { return R.g0 + (unsigned)n; };
     // A consumer's wait for tile n's K (isk) or V: its stage's full barrier, the phase of that use.
     auto wait_full = [&](bool isk, int n) {
-        const unsigned u = (unsigned)n;  // n >= 0: unsigned division by the power of two is a shift
+        const unsigned u = ring(n);
         mbar_wait(isk ? bar_fk(u % STAGES) : bar_fv(u % STAGES), (u / STAGES) & 1);
     };
     // A consumer warp's release of tile n's stage, once its last read of it (tile n's P·V) is done.
     auto release = [&](int n) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(bar_em((unsigned)n % STAGES));
+        if (lane == 0) mbar_arrive(bar_em(ring(n) % STAGES));
     };
     if constexpr (C::TMA) {
-        static_assert(CT % STAGES == 0, "a chunk's first tile takes stage 0");
-        if (tid == 0) {
-#pragma unroll
-            for (int st = 0; st < STAGES; ++st) {
-                mbar_init(bar_fk(st), 1);
-                mbar_init(bar_fv(st), 1);
-                mbar_init(bar_em(st), NW);
-            }
-            mbar_init_fence();
-        }
-        __syncthreads();  // the barriers, initialised for every thread (the last barrier of all NTL)
-        // One block per SM; the producer warpgroup gives registers up and the NW / 4 consumer
-        // warpgroups take them (setmaxnreg): two: 40 + 2 · 232 = 3 · 168; three: 24 + 3 · 160 <= 4 · 128
-        // (the producer's loop fits 24; with 152 the consumers of the D 64 bf16 causal kernel spilled).
-        // (Constants here, not Cfg members: those become cubin symbols on every architecture.)
-        constexpr int REG_P = NW == 12 ? 24 : 40, REG_C = NW == 12 ? 160 : 232;
-        if (warp >= NW) {  // the producer warpgroup (public: the thread index)
-            regs_down<REG_P>();
-            if (warp == NW) {
-                const int ntl = jend - j0;
+        // The producer warp (warp NW: fwd_tma's PROD instantiation) moves this query tile's K/V tiles
+        // into the ring and is done with it.
+        if constexpr (PROD) {
+            const int ntl = jend - j0;
 #pragma unroll 1
-                for (int n = 0; n < ntl; ++n) {
-                    const int st = n % STAGES, j = j0 + n;
-                    if (n >= STAGES) mbar_wait(bar_em(st), ((n / STAGES) + 1) & 1);
-                    const uint32_t dk = sK + st * BN * D * 2, dv = sV + st * BN * D * 2;
-                    if ((j + 1) * BN <= L) {  // by position
-                        // The tile's D / 64 boxes of one tensor into dst, completing on bar.
-                        auto boxes = [&](uint32_t dst, const TmaMap* map, uint32_t bar) {
-                            mbar_expect(bar, BN * D * 2);
+            for (int n = 0; n < ntl; ++n) {
+                const unsigned u = ring(n);
+                const int st = u % STAGES, j = j0 + n;
+                if (u >= STAGES) mbar_wait(bar_em(st), ((u / STAGES) + 1) & 1);
+                const uint32_t dk = sK + st * BN * D * 2, dv = sV + st * BN * D * 2;
+                if ((j + 1) * BN <= L) {  // by position
+                    // The tile's D / 64 boxes of one tensor into dst, completing on bar.
+                    auto boxes = [&](uint32_t dst, const TmaMap* map, uint32_t bar) {
+                        mbar_expect(bar, BN * D * 2);
 #pragma unroll
-                            for (int pn = 0; pn < D / 64; ++pn)
-                                tma_load(dst + pn * BN * 128, map, pn * 64, j * BN, hk, b, bar);
-                        };
-                        if (lane == 0) {
-                            boxes(dk, tk, bar_fk(st));
-                            boxes(dv, tv, bar_fv(st));
-                        }
-                    } else {
-                        load_rows<D, BN, 32, T, decltype(k_row), true, true>(dk, k_row, j * BN, L, lane);
-                        load_rows<D, BN, 32, T, decltype(v_row), true, true>(dv, v_row, j * BN, L, lane);
-                        cp_async_commit();
-                        cp_async_wait<0>();
-                        wg_proxy_fence();
-                        __syncwarp();
-                        if (lane == 0) {
-                            mbar_arrive(bar_fk(st));
-                            mbar_arrive(bar_fv(st));
-                        }
+                        for (int pn = 0; pn < D / 64; ++pn)
+                            tma_load(dst + pn * BN * 128, map, pn * 64, j * BN, hk, b, bar);
+                    };
+                    if (lane == 0) {
+                        boxes(dk, tk, bar_fk(st));
+                        boxes(dv, tv, bar_fv(st));
+                    }
+                } else {
+                    load_rows<D, BN, 32, T, decltype(k_row), true, true>(dk, k_row, j * BN, L, lane);
+                    load_rows<D, BN, 32, T, decltype(v_row), true, true>(dv, v_row, j * BN, L, lane);
+                    cp_async_commit();
+                    cp_async_wait<0>();
+                    wg_proxy_fence();
+                    __syncwarp();
+                    if (lane == 0) {
+                        mbar_arrive(bar_fk(st));
+                        mbar_arrive(bar_fv(st));
                     }
                 }
             }
-            return;
+            return ntl;
         }
-        regs_up<REG_C>();
+        // The consumers. This query tile's Q rows were issued before it (by tma_walk for the walk's
+        // first, else by the previous query tile, below). Once they have landed for every consumer
+        // thread (and every consumer is past the previous query tile's output, staged in the other
+        // buffer), the next query tile's rows go into that buffer: Q is the consumers' only cp.async
+        // traffic, one commit group a query tile.
+        cp_async_commit();
+        cp_async_wait<0>();
+        csync();
+        if (R.nqt >= 0) {  // position
+            // The thread index from a fresh read of %tid: else ptxas keeps the copies' per-thread
+            // offsets through the walk's whole loop, and the D 64 consumers spilled.
+            uint32_t t;
+            asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+            tma_load_q<T, D, BM, NT>(A, sBase + (uint32_t)(R.buf ^ 1) * (BM * D * 2), R.nqt, R.nh, R.nb, (int)t);
+        }
+    } else {
+        load_rows<D, BM, NT, T>(sQ, q_row, q0, nrows, tid);
+        // bf16: Q in a commit group of its own, so that it can be scaled before the loop (below) while
+        // the first K/V tiles are still in flight. The loop's wait count is the same either way: the
+        // extra group is the oldest and is complete by then.
+        if (Ty<T>::SCALE_Q) cp_async_commit();
     }
-
-    load_rows<D, BM, NT, T>(sQ, q_row, q0, nrows, tid);
-    // bf16: Q in a commit group of its own, so that it can be scaled before the loop (below) while the
-    // first K/V tiles are still in flight. The loop's wait count is the same either way: the extra
-    // group is the oldest and is complete by then.
-    // TMA: Q is the only cp.async group of the computing threads, so it is committed whatever T.
-    if (Ty<T>::SCALE_Q || C::TMA) cp_async_commit();
     constexpr int PRO = C::TMA ? 0 : C::WS ? 1 + WSL : STAGES - 1;  // commit groups after Q's
     if constexpr (C::TMA) {
         // nothing to issue: the producer warp moves K and V
@@ -914,8 +944,10 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     if constexpr (Ty<T>::SCALE_Q) {
         // Step 0 (bf16): scale the Q rows once, outside the loop (nothing of the loop's state is live
         // yet). The loop's first barrier orders these shared-memory writes before any Q fragment read.
-        cp_async_wait<PRO>();  // the Q group (the oldest) landed for this thread
-        csync();                      // ... and for every thread
+        if constexpr (!C::TMA) {  // (TMA: waited for above)
+            cp_async_wait<PRO>();  // the Q group (the oldest) landed for this thread
+            csync();               // ... and for every thread
+        }
         scale_q_rows<D, BM, NT>(sQ, sRow, sl2, tid);
     }
 
@@ -948,15 +980,18 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     // The key split's fold (docs/tensorcore-numerics.md §9). This row's sl2 · 2^sh (as in the loop).
     auto row_sl2 = [&](int mt, int hf) -> float {
         return Ty<T>::SCALE_Q
-            ? reinterpret_cast<const float*>(smem + (sRow - sQ))[wrow + mt * 16 + (lane >> 2) + hf * 8]
+            ? reinterpret_cast<const float*>(smem + (sRow - sBase))[wrow + mt * 16 + (lane >> 2) + hf * 8]
             : sl2;
     };
     // Prefill: the fold state of the chunks before the current one, in `part`: NE words per thread,
     // stored word-major ([block][word][thread]: a warp's access is 128 contiguous bytes), each thread
     // reading only what it wrote, in an earlier launch. Words: (M, L) per row half, then its O
-    // fragment. Block and thread indices from fresh reads of %ctaid and %tid.
+    // fragment. Block and thread indices from fresh reads of %ctaid and %tid (TMA: the query tile's
+    // index among all, (b · Hq + h) · nqt + qt, stands for the block).
     constexpr int NE = MT * 4 + MT * ND * 4;
     auto fold_state = [&]() -> float* {
+        if constexpr (C::TMA)
+            return A.part + (((long long)R.b * Hq + R.h) * ((Sq + BM - 1) / BM) + R.qt) * (NE * NT) + tid;
         uint32_t x, y, z, t;
         asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(x));
         asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(y));
@@ -980,6 +1015,23 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 float& x = oacc[mt][dn][hf * 2 + e];
                 x = fold(st[(MT * 4 + (mt * ND + dn) * 4 + hf * 2 + e) * NT], a, x, bw);
             }
+    };
+
+    // The epilogue's place of the block: its query tile (the returned x; for decode, blockIdx.x), y
+    // and z, from fresh reads of %ctaid rather than kept in registers through the loop (the D = 128
+    // kernels have none to spare; this only runs once), or, TMA, the query tile of the walk.
+    auto place = [&](uint32_t& y, uint32_t& z) -> int {
+        uint32_t x;
+        if constexpr (C::TMA) {
+            x = R.qt;  // (the query tile itself: not reversed below)
+            y = R.h;
+            z = R.b;
+        } else {
+            asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(x));
+            asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(y));
+            asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(z));
+        }
+        return (CAUSAL && !DEC && !C::TMA) ? (int)(gridDim.x - 1 - x) : (int)x;
     };
 
     // The words of row half (mt, hf) into the fold state st, where fold_in reads them: (m, l), then
@@ -1145,10 +1197,10 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                     if (has_mask) {
 #if TC_MASK_UNGUARDED
                         const int rc = DEC ? min(r, nrows - 1) : min(row, Sq - 1);
-                        const int hq = DEC ? hk * G + rc / Sq : (int)blockIdx.y;
+                        const int hq = DEC ? hk * G + rc / Sq : hb;
                         const int rowc = DEC ? rc % Sq : rc;
 #else
-                        const int hq = DEC ? hk * G + r / Sq : (int)blockIdx.y;
+                        const int hq = DEC ? hk * G + r / Sq : hb;
                         const int rowc = row;
 #endif
                         mrow_p = mask + (long long)b * msb + (long long)hq * msh + (long long)rowc * msq;
@@ -1239,7 +1291,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 // tile. A plain load, not asm volatile: ptxas may then place it freely, which the
                 // D = 128 kernels need to stay within 255 registers without spilling.
                 const float sl2r = Ty<T>::SCALE_Q
-                    ? reinterpret_cast<const float*>(smem + (sRow - sQ))[wrow + mt * 16 + (lane >> 2) + hf * 8]
+                    ? reinterpret_cast<const float*>(smem + (sRow - sBase))[wrow + mt * 16 + (lane >> 2) + hf * 8]
                     : sl2;
                 // This tile's scale of the row: sl2r, capped so that |mu * sl2e| <= 2^24 (the cap binds
                 // only for scores beyond about 2^26, far outside the accuracy promise). Then one FFMA
@@ -1352,10 +1404,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         uint32_t pa[BN / 16][4];
         float(&oa)[ND * 4] = reinterpret_cast<float(&)[ND * 4]>(oacc[0]);
         float(&na)[32] = reinterpret_cast<float(&)[32]>(sn[0]);
-        if constexpr (C::TMA) {
-            cp_async_wait<0>();  // the Q rows
-            csync();             // ... everyone's (and, bf16, scaled)
-        }
+        if constexpr (C::TMA && Ty<T>::SCALE_Q) csync();  // the scaled Q rows, everyone's
         // TMA: the block's chunks one after another in this launch (docs/tensorcore-numerics.md §9),
         // tiles [c0, c1) each, the producer's pipeline running on across the boundaries; at each
         // boundary the chunk's partial goes into the fold state in `part` (chunk_out) and the rows
@@ -1373,7 +1422,7 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 }
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[0][kk], sQ + (offQ ^ (kk << 5)));
-                scores(sK + (c0 % STAGES) * BN * D * 2, sacc, 0);
+                scores(sK + (C::TMA ? ring(c0 - j0) % STAGES : (unsigned)(c0 % STAGES)) * BN * D * 2, sacc, 0);
                 softmax_tile(sacc, mask_tile(c0, sacc), corr);
                 rescale(corr);
             }
@@ -1411,9 +1460,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 wg_keep(oa);
                 if constexpr (PP) bar_sync_id<NT>(2 + wgi);  // this warpgroup's turn
                 wg_fence();
-                wg_issue_s(sK + ((unsigned)(j + 1) % STAGES) * BN * D * 2, na);
+                wg_issue_s(sK + ((C::TMA ? ring(j + 1 - j0) : (unsigned)(j + 1)) % STAGES) * BN * D * 2, na);
                 wg_commit();
-                wg_issue_o(sV + ((unsigned)j % STAGES) * BN * D * 2, pa);
+                wg_issue_o(sV + ((C::TMA ? ring(j - j0) : (unsigned)j) % STAGES) * BN * D * 2, pa);
                 wg_commit();
                 if constexpr (PP) {
                     if (wgi == 0 || j + 2 < c1) bar_arrive_id<NT>(3 - wgi);  // the other's turn
@@ -1435,16 +1484,16 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 pack_p(sacc, pa);
                 wg_keep(oa);
                 wg_fence();
-                wg_issue_o(sV + ((c1 - 1) % STAGES) * BN * D * 2, pa);
+                wg_issue_o(sV + (C::TMA ? ring(c1 - 1 - j0) % STAGES : (unsigned)((c1 - 1) % STAGES)) * BN * D * 2, pa);
                 wg_commit();
                 wg_wait<0>();
                 wg_keep(oa);
             }
             if constexpr (C::TMA) {
-                if (c1 < jend) {  // position: another chunk follows
-                    release(c1 - 1 - j0);
-                    chunk_out(c0 == j0);
-                }
+                // The chunk's last stage (its P·V has completed), before the next chunk's first wait
+                // or, after the query tile's last chunk, for the producer's next query tile.
+                release(c1 - 1 - j0);
+                if (c1 < jend) chunk_out(c0 == j0);  // position: another chunk follows
             }
         }
     } else if constexpr (C::WS) {
@@ -1686,7 +1735,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
     // from fresh reads (the block's tile count as above), not kept through the loop: on sm_80 the
     // D = 128 causal kernels spilled when it was.
     bool more = false, folds = false;
-    if (!DEC) {
+    if (C::TMA) {
+        folds = ntiles > CT;  // this launch ran every chunk of the query tile, the last one just now
+    } else if (!DEC) {
         uint32_t bx, bz;
         asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(bx));
         asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(bz));
@@ -1695,9 +1746,8 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
         const int q0e = (CAUSAL ? (int)(gridDim.x - 1 - bx) : (int)bx) * BM;
         const int ende = visible_end(CAUSAL, Le, min(q0e + BM, Sq), Sq, A.top_left);
         const int nte = ende > 0 ? (ende + BN - 1) / BN : 0;
-        // TMA: this launch ran every chunk of the block, the last one just now.
-        more = !C::TMA && (A.chunk + 1) * CT < nte;
-        folds = C::TMA ? nte > CT : A.chunk > 0;
+        more = (A.chunk + 1) * CT < nte;
+        folds = A.chunk > 0;
     }
     // WS: the rows' state and O are the O warps' (2 and 3); the score warps only join the barriers
     // (the warp index through a shuffle, as in the loop: the quad sums below stay convergent).
@@ -1758,12 +1808,9 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             const float inv = seen ? rcp(l) : 0.f;
             const int row = wrow + mt * 16 + (lane >> 2) + hf * 8;
             if (A.lse != nullptr && (lane & 3) == 0) {  // a launch fact; one lane of the row's quad
-                // The row's place from fresh reads of %ctaid, as for the output rows below.
-                uint32_t lx, ly, lz;
-                asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(lx));
-                asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(ly));
-                asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(lz));
-                const int rr = DEC ? row : (CAUSAL ? (int)(gridDim.x - 1 - lx) : (int)lx) * BM + row;
+                uint32_t ly, lz;
+                const int lq = place(ly, lz);
+                const int rr = DEC ? row : lq * BM + row;
                 if (rr < nrows) {  // position only
                     const long long at = DEC ? (long long)((int)ly * G + rr / Sq) * A.lse_hs + rr % Sq
                                              : (long long)ly * A.lse_hs + rr;
@@ -1778,15 +1825,11 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
             }
         }
-    if ((DEC && gridDim.x > 1) || more) return;  // not the output (yet)
+    if ((DEC && gridDim.x > 1) || more) return 0;  // not the output (yet)
     csync();
-    // The block's output rows, recomputed from fresh reads of %ctaid rather than kept in registers
-    // through the loop (the D = 128 kernels have none to spare; this only runs once).
-    uint32_t bx, by, bz;
-    asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(bx));
-    asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(by));
-    asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(bz));
-    const int qt_e = (CAUSAL && !DEC) ? (int)(gridDim.x - 1 - bx) : (int)bx;
+    // The block's output rows (place: not kept in registers through the loop).
+    uint32_t by, bz;
+    const int qt_e = place(by, bz);
     const int q0_e = DEC ? 0 : qt_e * BM;
     T* ob = o + bz * A.o_bs;
 #pragma unroll
@@ -1805,6 +1848,107 @@ __device__ __forceinline__ void fwd(const TcArgs& A, const TmaMap* tk = nullptr,
             *reinterpret_cast<uint4*>(orow + c * 8) = val;
         }
     }
+    return ntiles;
+}
+
+// The walk of fwd_tma (below), by the producer warp (PROD) or by the consumers: the same query tiles
+// in the same order.
+template <typename T, int D, int NW, int BN, int STAGES, bool CAUSAL, bool PROD>
+__device__ __forceinline__ void tma_walk(const TcArgs& A, const TmaMap* tk, const TmaMap* tv) {
+    constexpr int BM = Cfg<D, 1, NW, BN, STAGES, true, false, true>::BM;
+    const int nqt = (A.Sq + BM - 1) / BM, heads = A.Hq * A.B;
+    const bool pairs = CAUSAL && (long long)gridDim.x < (long long)nqt * heads;
+    const int per = pairs ? (nqt + 1) / 2 : nqt;  // units a head
+    // Units, < 2^31 (the host bounds the rows, B · Hq · Sq): unsigned, so that a unit index plus the
+    // grid cannot overflow.
+    const uint32_t units = (uint32_t)(per * heads);
+    // Query tile w (0: the first, 1: the second of a pair) of unit u.
+    auto tile_of = [&](uint32_t u, int w, int& qt, int& h, int& b) {
+        const int hd = (int)(u / per), kk = (int)(u - hd * per);
+        qt = !CAUSAL ? kk : (pairs && w == 1) ? kk : nqt - 1 - kk;
+        h = hd % A.Hq;
+        b = hd / A.Hq;
+    };
+    // The query tile after (u, w): a pair's second, else the block's next unit.
+    auto step = [&](uint32_t& u, int& w) {
+        const int kk = (int)(u % per);
+        if (pairs && w == 0 && kk < nqt - 1 - kk) {
+            w = 1;
+        } else {
+            u += gridDim.x;
+            w = 0;
+        }
+    };
+    TmaRun r{};
+    r.g0 = 0;
+    r.buf = 0;
+    uint32_t u = blockIdx.x;
+    int w = 0;
+    if (!PROD && u < units) {  // the first query tile's Q rows, into buffer 0 (position)
+        extern __shared__ __align__(128) unsigned char smem[];
+        tile_of(u, w, r.qt, r.h, r.b);
+        tma_load_q<T, D, BM, NW * 32>(A, smem_u32(smem), r.qt, r.h, r.b, threadIdx.x);
+    }
+#pragma unroll 1
+    while (u < units) {  // position
+        tile_of(u, w, r.qt, r.h, r.b);
+        step(u, w);
+        r.nqt = -1;
+        if (u < units) tile_of(u, w, r.nqt, r.nh, r.nb);
+        r.g0 += (uint32_t)fwd<T, D, 1, NW, BN, STAGES, true, CAUSAL, false, false, true, PROD>(A, tk, tv, r);
+        r.buf ^= 1;
+        // The walk's place, from the query tile just done rather than kept through it (registers).
+        w = (pairs && r.qt < nqt - 1 - r.qt) ? 1 : 0;
+        u = (uint32_t)((r.b * A.Hq + r.h) * per + ((CAUSAL && w == 0) ? nqt - 1 - r.qt : r.qt));
+        step(u, w);
+    }
+}
+
+// The TMA prefill kernels (tc_fwdt_*): a block walks query tiles, one after another, the producer
+// warp's K/V ring and the consumers' Q buffers running on from one to the next, so that the next
+// query tile's Q rows and first K/V tiles load while the consumers finish the current one (its last
+// P·V, its normalisation and output). Which query tiles a block takes depends on positions and the
+// launch's grid only; each query tile's arithmetic is fwd's, whichever block runs it, so the grid
+// changes no bit (its fold state in `part` is the query tile's).
+//   The walk. nqt query tiles per head, heads (b · Hq + h) in order. Causal, with fewer blocks than
+// query tiles: units of two, tile nqt - 1 - k then tile k of one head (k < nqt - 1 - k; the middle
+// one alone), so that every unit holds about the same work (the causal key counts of the pair sum to
+// about the same); block x takes units x, x + gridDim.x, ... (the host sizes the grid so that they
+// come out nearly even, src/cuda/tensorcore.rs). Otherwise units of one tile in the same order, the
+// heaviest (last) query tile of a causal head first: with a block per query tile that is the
+// one-block-per-tile launch of the other kernels.
+template <typename T, int D, int NW, int BN, int STAGES, bool CAUSAL>
+__device__ __forceinline__ void fwd_tma(const TcArgs& A, const TmaMap* tk, const TmaMap* tv) {
+    using C = Cfg<D, 1, NW, BN, STAGES, true, false, true>;
+    constexpr int BM = C::BM;
+    extern __shared__ __align__(128) unsigned char smem[];
+    // The stages' barriers, where fwd places them (after both Q buffers, the K and V stages and the
+    // row scales).
+    const uint32_t sBar = ((smem_u32(smem) + 2 * BM * D * 2 + 1023) & ~1023u) + 2 * STAGES * BN * D * 2 + BM * 4;
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(sBar + st * 8, 1);                 // full: K
+            mbar_init(sBar + (STAGES + st) * 8, 1);      // full: V
+            mbar_init(sBar + (2 * STAGES + st) * 8, NW);  // empty: every consumer warp
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();  // the barriers, initialised for every thread (the last barrier of all NTL)
+    // One block per SM; the producer warpgroup gives registers up and the NW / 4 consumer
+    // warpgroups take them (setmaxnreg): two: 40 + 2 · 232 = 3 · 168; three: 32 + 3 · 160 = 4 · 128
+    // (with 152 the consumers of the D 64 bf16 causal kernel spilled; the producer's walk over query
+    // tiles spilled three words at 24).
+    // (Constants here, not Cfg members: those become cubin symbols on every architecture.)
+    constexpr int REG_P = NW == 12 ? 32 : 40, REG_C = NW == 12 ? 160 : 232;
+    const int warp = threadIdx.x >> 5;
+    if (warp >= NW) {  // the producer warpgroup (public: the thread index); one warp of it works
+        regs_down<REG_P>();
+        if (warp == NW) tma_walk<T, D, NW, BN, STAGES, CAUSAL, true>(A, tk, tv);
+        return;
+    }
+    regs_up<REG_C>();
+    tma_walk<T, D, NW, BN, STAGES, CAUSAL, false>(A, tk, tv);
 }
 
 }  // namespace tc
@@ -1836,12 +1980,12 @@ using tc::uint32_t;
     }
 // The TMA prefill kernels (tc_fwdt_*, sm_90a): TC_KERNEL's parameters, then the tensor maps of K and
 // V. Launched with a producer warpgroup besides the NW computing warps, one block per SM (the
-// producer gives up registers to the consumers: REG_P, REG_C in tc::fwd).
+// producer gives up registers to the consumers: REG_P, REG_C in tc::fwd_tma).
 #define TC_KERNEL_TMA(NAME, T, D, NW, BN, ST, CAUSAL)                                                   \
     extern "C" __global__ void __launch_bounds__(NW * 32 + 128, 1)                                      \
         NAME(TC_PARAMS, const __grid_constant__ tc::TmaMap tk, const __grid_constant__ tc::TmaMap tv) { \
         TC_ARGS;                                                                                        \
-        tc::fwd<T, D, 1, NW, BN, ST, true, CAUSAL, false, false, true>(A, &tk, &tv);                   \
+        tc::fwd_tma<T, D, NW, BN, ST, CAUSAL>(A, &tk, &tv);                                            \
     }
 #define TC_FAMILY_TMA(D, NW, BN, ST)                                                                  \
     TC_CFG_(tc_cfg_tma_d##D, D, 1, NW, BN, ST, true, false, true)                                   \

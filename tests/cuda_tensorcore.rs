@@ -349,6 +349,73 @@ fn d2_batch_1_to_64() {
     each_type_and_dim!(d2_one, &e);
 }
 
+/// D2 across the TMA prefill's walk (sm_90, kernels/tensorcore.cu `fwd_tma`): once a launch has
+/// more query tiles than the GPU has SMs, a block walks several, its K/V ring and Q buffers running
+/// on from one to the next, and which block runs a tile follows from the grid. A batch of 18
+/// elements of 64 query heads and 400 rows (at least 2304 causal pairs of tiles: a walk of 16 or
+/// more units a block on any GPU of up to 144 SMs) against some of its elements alone (at most 64
+/// tiles or 64 pairs a head count: a unit or two a block, or a block a tile), with ragged key
+/// lengths (the full 400, none, one key, random), causal and not: the outputs and log-sum-exp bit
+/// for bit. (Elsewhere, sm_80-89 and the other head dims, the same property of their per-tile grids.)
+fn walk_one<T: Element>(e: &Engine, d: usize) {
+    let (b, hq, hkv, s) = (18, 64, 8, 400);
+    for causal in [false, true] {
+        let mut rng = SplitMix64::new(d as u64 * 7 + causal as u64);
+        let lens: Vec<usize> = (0..b)
+            .map(|j| match j {
+                0 => s,
+                1 => 0,
+                2 => 1,
+                _ => (rng.next_u64() % (s as u64 + 1)) as usize,
+            })
+            .collect();
+        let p = problem((b, hq, hkv, s, s, d), causal, Some(lens.clone()), None);
+        let x = inputs::<T>(&p, 11 + d as u64);
+        let (out, lse) = run_lse(e, &p, &x);
+        let (qs, ks, ls) = (hq * s * d, hkv * s * d, hq * s);
+        for j in [0, 1, 2, 9, b - 1] {
+            let alone_p = problem((1, hq, hkv, s, s, d), causal, Some(vec![lens[j]]), None);
+            let ax = Inputs {
+                q: x.q[j * qs..(j + 1) * qs].to_vec(),
+                k: x.k[j * ks..(j + 1) * ks].to_vec(),
+                v: x.v[j * ks..(j + 1) * ks].to_vec(),
+                mask: None,
+            };
+            let (ao, al) = run_lse(e, &alone_p, &ax);
+            let what = format!(
+                "{} d{d} causal={causal}: element {j} (kv_len {}) of a batch of {b}",
+                tname::<T>(),
+                lens[j]
+            );
+            assert!(
+                bits(&out[j * qs..(j + 1) * qs]) == bits(&ao),
+                "walk {what}: output differs from the problem alone"
+            );
+            let lb = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                lb(&lse[j * ls..(j + 1) * ls]) == lb(&al),
+                "walk {what}: log-sum-exp differs from the problem alone"
+            );
+        }
+    }
+}
+
+#[test]
+fn d2_across_the_tma_walk() {
+    let Some(e) = gpu("d2_across_the_tma_walk") else {
+        return;
+    };
+    for d in [64, 128] {
+        walk_one::<f16>(&e, d);
+        walk_one::<bf16>(&e, d);
+    }
+    loud(
+        "TMA walk: 18 x 64 heads x 400 rows (each block walks many query tiles on sm_90) = \
+         elements alone, causal and not, ragged key lengths, f16 and bf16, D 64 and 128; \
+         outputs and log-sum-exp bit for bit",
+    );
+}
+
 // ------------------------------------------------------------------------------------ D3
 
 /// Decode step `i` (one query row against keys `[0, i]` through kv_lens) gives the bits of row

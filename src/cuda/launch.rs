@@ -147,6 +147,17 @@ impl Module {
         })
     }
 
+    /// The streaming multiprocessors of this module's device (the TMA prefill sizes its grid of
+    /// persistent blocks by them; a launch fact, never a value of the inputs).
+    pub(crate) fn sm_count(&self) -> Result<usize> {
+        let n = self
+            .0
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("cuDeviceGetAttribute"))?;
+        Ok(n.max(1) as usize)
+    }
+
     /// Read `N` 32-bit integers from the `__constant__` array `name` of this module (the cubins
     /// export their launch configurations this way). Synchronous.
     pub(crate) fn constant_i32<const N: usize>(&self, name: &str) -> Result<[i32; N]> {

@@ -105,6 +105,27 @@ pub(crate) struct TensorCore {
 struct Tma {
     fwd: [[[Kernel; 2]; 2]; 2],
     cfg: [Cfg; 2],
+    /// The device's streaming multiprocessors: the most blocks worth walking query tiles.
+    sms: usize,
+}
+
+/// The grid of a TMA prefill launch (kernels/tensorcore.cu, `fwd_tma`): its blocks walk the query
+/// tiles (`tiles` in all, `nqt` a head; a causal head's in pairs of about equal work, the heaviest
+/// and the lightest left), at most one block per SM. A causal walk that would leave the blocks more
+/// than 1/16 apart (pairs per block, rounded up, against their mean) takes a block per query tile
+/// instead, heaviest first, as the other kernels do: the hardware's scheduling of unequal tiles then
+/// fills the last wave better than whole pairs could. Scheduling only: no bit depends on the grid.
+fn tma_grid(tiles: usize, nqt: usize, causal: bool, sms: usize) -> usize {
+    let units = if causal {
+        tiles / nqt.max(1) * nqt.div_ceil(2)
+    } else {
+        tiles
+    };
+    let grid = units.min(sms).max(1);
+    if causal && units > grid && 16 * units.div_ceil(grid) * grid > 17 * units {
+        return tiles;
+    }
+    grid
 }
 
 /// Which kernel a problem runs, from its shape alone.
@@ -415,6 +436,7 @@ impl TensorCore {
                 Some(Tma {
                     fwd: kernel_table(module, "tc_fwdt", &cfg, &tabi)?,
                     cfg,
+                    sms: module.sm_count()?,
                 })
             }
         };
@@ -800,24 +822,35 @@ impl TensorCore {
             }
             out
         } else {
-            // The TMA kernels run every chunk of a block in one launch (the fold through `part`
-            // at each boundary inside it); the others one launch per chunk, in order.
-            let (kernel, cfg, maps, launches) = match (&self.tma, self.tma_maps(p, plan, io)) {
-                (Some(t), Some(maps)) => {
-                    (&t.fwd[plan.dt][plan.di][causal], t.cfg[plan.di], maps, 1)
+            // The TMA kernels run every chunk of a query tile in one launch (the fold through
+            // `part` at each boundary inside it), their blocks walking query tiles (tma_grid); the
+            // others one launch per chunk, in order, a block per query tile.
+            let tma = self.tma.as_ref().zip(self.tma_maps(p, plan, io));
+            let (kernel, cfg, maps, launches, grid) = match tma {
+                Some((t, maps)) => {
+                    let cfg = t.cfg[plan.di];
+                    let nqt = s.q_len.div_ceil(cfg.bm);
+                    let tiles = nqt * s.q_heads * s.batch;
+                    // tiles <= batch · q_heads · q_len < 2^31 (validate).
+                    let grid = tma_grid(tiles, nqt, causal == 1, t.sms) as u32;
+                    (&t.fwd[plan.dt][plan.di][causal], cfg, maps, 1, (grid, 1, 1))
                 }
-                _ => (
-                    &self.fwd[plan.dt][plan.di][causal],
-                    self.cfg_fwd[plan.di],
-                    Vec::new(),
-                    nch.max(1),
-                ),
+                None => {
+                    let cfg = self.cfg_fwd[plan.di];
+                    let grid = (
+                        s.q_len.div_ceil(cfg.bm) as u32,
+                        s.q_heads as u32,
+                        s.batch as u32,
+                    );
+                    (
+                        &self.fwd[plan.dt][plan.di][causal],
+                        cfg,
+                        Vec::new(),
+                        nch.max(1),
+                        grid,
+                    )
+                }
             };
-            let grid = (
-                s.q_len.div_ceil(cfg.bm) as u32,
-                s.q_heads as u32,
-                s.batch as u32,
-            );
             (0..launches)
                 .map(|c| Launch {
                     kernel: kernel.clone(),
@@ -938,6 +971,27 @@ mod tests {
 
     fn t(addr: u64, bs: i64, hs: i64, ss: i64) -> DevTensor {
         DevTensor { addr, bs, hs, ss }
+    }
+
+    #[test]
+    fn tma_grid_walks_tiles_with_at_most_one_block_an_sm_and_falls_back_on_uneven_causal_walks() {
+        // Not causal: one tile a unit, never more blocks than tiles or SMs.
+        assert_eq!(tma_grid(2048, 32, false, 132), 132);
+        assert_eq!(tma_grid(96, 6, false, 132), 96);
+        assert_eq!(tma_grid(1, 1, false, 132), 1);
+        // Causal, 16 tiles a head in 256 heads: 2048 pairs, 15.5 a block on 132 SMs (16 at most:
+        // 3 % above the mean) walk.
+        assert_eq!(tma_grid(4096, 16, true, 132), 132);
+        // 43 tiles a head in 32 heads: 704 units (the middle tile alone), 5.33 a block: 6 is 12.5 %
+        // above the mean, so a block per tile.
+        assert_eq!(tma_grid(1376, 43, true, 132), 1376);
+        // Fewer units than SMs: a block a unit.
+        assert_eq!(tma_grid(96, 6, true, 132), 48);
+        assert_eq!(tma_grid(1, 1, true, 132), 1);
+        // 32 pairs on 17 SMs: 2 a block, exactly 1/16 above the mean (32 / 17), still walk; 31
+        // pairs are past it (2 against 31 / 17): a block per tile.
+        assert_eq!(tma_grid(64, 2, true, 17), 17);
+        assert_eq!(tma_grid(62, 2, true, 17), 62);
     }
 
     #[test]

@@ -352,11 +352,12 @@ fn d2_batch_1_to_64() {
 /// D2 across the TMA prefill's walk (sm_90, kernels/tensorcore.cu `fwd_tma`): once a launch has
 /// more query tiles than the GPU has SMs, a block walks several, its K/V ring and Q buffers running
 /// on from one to the next, and which block runs a tile follows from the grid. A batch of 18
-/// elements of 64 query heads and 400 rows (at least 2304 causal pairs of tiles: a walk of 16 or
-/// more units a block on any GPU of up to 144 SMs) against some of its elements alone (at most 64
-/// tiles or 64 pairs a head count: a unit or two a block, or a block a tile), with ragged key
-/// lengths (the full 400, none, one key, random), causal and not: the outputs and log-sum-exp bit
-/// for bit. (Elsewhere, sm_80-89 and the other head dims, the same property of their per-tile grids.)
+/// elements of 64 query heads and 400 rows (2304 causal pairs of query tiles at D 64 and 128, 3456
+/// or 4608 tiles: a walk of 16 or more units a block on any GPU of up to 144 SMs) against some of
+/// its elements alone (128 pairs, 192 or 256 tiles: a unit or two a block on the H100), with ragged
+/// key lengths (the full 400, none, one key, random), causal and not: the outputs and log-sum-exp
+/// bit for bit. (Masks in walking launches: `d2_batch_1_to_64`, 64 elements of 4 heads. Elsewhere,
+/// sm_80-89 and the other head dims, the same property of their per-tile grids.)
 fn walk_one<T: Element>(e: &Engine, d: usize) {
     let (b, hq, hkv, s) = (18, 64, 8, 400);
     for causal in [false, true] {

@@ -73,7 +73,7 @@ PLANTS = [
        # barrier 4 + warpgroup), not the block: in the TMA kernels the producer warpgroup never joins
        # a block barrier in the loop, and the consumer warpgroups hold their turns there (a
        # __syncthreads_or here hung them on 2026-11-27).
-        "                wg_issue_o(sV + ((C::TMA ? ring(j - j0) : (unsigned)j) % STAGES) * BN * D * 2, pa);\n",
+        "                wg_issue_o(sV + slot(j) * BN * D * 2, pa);\n",
         "                bool planted_any = false;  // PLANTED LEAK\n"
         "#pragma unroll\n"
         "                for (int nb = 0; nb < NB; ++nb)\n"
@@ -84,7 +84,7 @@ PLANTS = [
         "                             \"barrier.cta.red.or.pred p, %2, 128, q;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
         "                             : \"=r\"(planted_or) : \"r\"((unsigned)planted_any), \"r\"(4 + (warp >> 2)) : \"memory\");\n"
         "                if (planted_or)  // PLANTED LEAK\n"
-        "                    wg_issue_o(sV + ((C::TMA ? ring(j - j0) : (unsigned)j) % STAGES) * BN * D * 2, pa);\n",
+        "                    wg_issue_o(sV + slot(j) * BN * D * 2, pa);\n",
     ),
     (  # the sm_90 D = 64 and 128 decode kernels (warp-specialised, their own P·V in the O warps): a
        # tile's products skipped when every weight the warp reads for it is zero

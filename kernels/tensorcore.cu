@@ -639,6 +639,22 @@ struct Cfg {
 #define TC_MASK_UNGUARDED 0
 #endif
 
+// fwd's shared memory after the Q tile (TMA: two Q buffers): the K and V stages (1024-byte aligned:
+// wgmma reads them through 128-byte-swizzle descriptors), one f32 per query row, the TMA stages'
+// barriers (Cfg::SMEM counts it all). One definition for fwd and fwd_tma, which initialises the
+// barriers.
+template <class C, int D, int BN, int STAGES>
+struct Smem {
+    uint32_t k, v, row, bar;
+    __device__ __forceinline__ explicit Smem(uint32_t base) {
+        constexpr int BM = C::BM;
+        k = C::WG ? (base + (C::TMA ? 2 : 1) * BM * D * 2 + 1023) & ~1023u : base + BM * D * 2;
+        v = k + STAGES * BN * D * 2;
+        row = v + STAGES * BN * D * 2;
+        bar = row + BM * 4;
+    }
+};
+
 // TMA prefill (tc_fwdt_*): one query tile of a block's walk over several (fwd_tma, below). Positions
 // and counters only.
 struct TmaRun {
@@ -684,10 +700,9 @@ __device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, 
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sBase = smem_u32(smem);
     const uint32_t sQ = C::TMA ? sBase + (uint32_t)R.buf * (BM * D * 2) : sBase;
-    // wgmma reads K and V through 128-byte-swizzle descriptors: their tiles start 1024-byte aligned.
-    const uint32_t sK = C::WG ? (sBase + (C::TMA ? 2 : 1) * BM * D * 2 + 1023) & ~1023u : sBase + BM * D * 2;
-    const uint32_t sV = sK + STAGES * BN * D * 2;
-    const uint32_t sRow = sV + STAGES * BN * D * 2;  // [BM] f32: sl2 · 2^sh per query row (bf16)
+    const Smem<C, D, BN, STAGES> lay(sBase);
+    const uint32_t sK = lay.k, sV = lay.v;
+    const uint32_t sRow = lay.row;  // [BM] f32: sl2 · 2^sh per query row (bf16)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int b = C::TMA ? R.b : (int)blockIdx.z;
@@ -843,13 +858,18 @@ __device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, 
     // fill of load_rows, awaited, fenced for the async proxy (wgmma's reads) and then announced by an
     // arrival. A consumer warp waits on the full barriers before its wgmma reads a tile and arrives
     // on the empty one when its last read of the stage (tile j's P·V) has completed.
-    const uint32_t sBar = sRow + BM * 4;
+    const uint32_t sBar = lay.bar;
     auto bar_fk = [&](int st) -> uint32_t { return sBar + st * 8; };
     auto bar_fv = [&](int st) -> uint32_t { return sBar + (STAGES + st) * 8; };
     auto bar_em = [&](int st) -> uint32_t { return sBar + (2 * STAGES + st) * 8; };
     // The walk's count of this query tile's K/V tile n (TMA), unsigned: its stage and the phase of
     // that stage's use are then a mask and a shift.
     auto ring = [&](int n) -> unsigned { return R.g0 + (unsigned)n; };
+    // The stage slot of tile j (j >= j0): TMA, its place in the walk's ring; else j's own.
+    auto slot = [&](int j) -> unsigned {
+        if constexpr (C::TMA) return ring(j - j0) % STAGES;
+        return (unsigned)j % STAGES;
+    };
     // A consumer's wait for tile n's K (isk) or V: its stage's full barrier, the phase of that use.
     auto wait_full = [&](bool isk, int n) {
         const unsigned u = ring(n);
@@ -1422,7 +1442,7 @@ __device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, 
                 }
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[0][kk], sQ + (offQ ^ (kk << 5)));
-                scores(sK + (C::TMA ? ring(c0 - j0) % STAGES : (unsigned)(c0 % STAGES)) * BN * D * 2, sacc, 0);
+                scores(sK + slot(c0) * BN * D * 2, sacc, 0);
                 softmax_tile(sacc, mask_tile(c0, sacc), corr);
                 rescale(corr);
             }
@@ -1460,9 +1480,9 @@ __device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, 
                 wg_keep(oa);
                 if constexpr (PP) bar_sync_id<NT>(2 + wgi);  // this warpgroup's turn
                 wg_fence();
-                wg_issue_s(sK + ((C::TMA ? ring(j + 1 - j0) : (unsigned)(j + 1)) % STAGES) * BN * D * 2, na);
+                wg_issue_s(sK + slot(j + 1) * BN * D * 2, na);
                 wg_commit();
-                wg_issue_o(sV + ((C::TMA ? ring(j - j0) : (unsigned)j) % STAGES) * BN * D * 2, pa);
+                wg_issue_o(sV + slot(j) * BN * D * 2, pa);
                 wg_commit();
                 if constexpr (PP) {
                     if (wgi == 0 || j + 2 < c1) bar_arrive_id<NT>(3 - wgi);  // the other's turn
@@ -1484,7 +1504,7 @@ __device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, 
                 pack_p(sacc, pa);
                 wg_keep(oa);
                 wg_fence();
-                wg_issue_o(sV + (C::TMA ? ring(c1 - 1 - j0) % STAGES : (unsigned)((c1 - 1) % STAGES)) * BN * D * 2, pa);
+                wg_issue_o(sV + slot(c1 - 1) * BN * D * 2, pa);
                 wg_commit();
                 wg_wait<0>();
                 wg_keep(oa);
@@ -1879,9 +1899,7 @@ __device__ __forceinline__ void tma_walk(const TcArgs& A, const TmaMap* tk, cons
             w = 0;
         }
     };
-    TmaRun r{};
-    r.g0 = 0;
-    r.buf = 0;
+    TmaRun r{};  // g0 = 0, buf = 0
     uint32_t u = blockIdx.x;
     int w = 0;
     if (!PROD && u < units) {  // the first query tile's Q rows, into buffer 0 (position)
@@ -1920,11 +1938,8 @@ __device__ __forceinline__ void tma_walk(const TcArgs& A, const TmaMap* tk, cons
 template <typename T, int D, int NW, int BN, int STAGES, bool CAUSAL>
 __device__ __forceinline__ void fwd_tma(const TcArgs& A, const TmaMap* tk, const TmaMap* tv) {
     using C = Cfg<D, 1, NW, BN, STAGES, true, false, true>;
-    constexpr int BM = C::BM;
     extern __shared__ __align__(128) unsigned char smem[];
-    // The stages' barriers, where fwd places them (after both Q buffers, the K and V stages and the
-    // row scales).
-    const uint32_t sBar = ((smem_u32(smem) + 2 * BM * D * 2 + 1023) & ~1023u) + 2 * STAGES * BN * D * 2 + BM * 4;
+    const uint32_t sBar = Smem<C, D, BN, STAGES>(smem_u32(smem)).bar;  // the stages' barriers
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int st = 0; st < STAGES; ++st) {

@@ -121,6 +121,10 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                  : "memory");
 }
+// 4-byte global -> shared copy (the decode merge's chunk records).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -2141,15 +2145,46 @@ __device__ __forceinline__ void merge(const TcMerge& P) {
         sl2r = rec[D + 2];
         O = rec[d];
     }
-#pragma unroll 8
-    for (int c = 1; c < nch; ++c) {
-        const float* rc = rec + c * cstride;
-        const float mc = rc[D], lc = rc[D + 1], oc = rc[d];
-        float a, bw;
-        fold_weights(M, mc, sl2r, a, bw);
-        Ls = fold(Ls, a, lc, bw);
-        O = fold(O, a, oc, bw);
-        M = fmaxf(M, mc);
+    // The chunk records go through shared memory a batch of MB chunks at a time, the next batch's
+    // copies (cp.async) in flight while this one folds: each record is an L2 round trip, and the
+    // plain loop's loads sat a chunk or two ahead of their use (64 chunks: 12.9 µs on an H200,
+    // perf.md; ptxas moved even loads written a batch ahead back next to their use). The folds of a
+    // batch are straight-line code: a chunk past the last is folded too, on the last chunk's record
+    // again, and its result not selected (a select on a position, no branch), so that one chunk's
+    // exponents overlap the next one's; the only dependent chain is the max M (one FMNMX a chunk),
+    // then L and O (one FFMA each).
+    constexpr int MB = 16;
+    __shared__ float s_o[2][MB][256];   // [buffer][chunk][column]: thread d's O words (D <= 256)
+    __shared__ float s_ml[2][MB][2];    // [buffer][chunk]: the chunk's m, l
+    auto issue = [&](int c0, int buf) {
+#pragma unroll
+        for (int i = 0; i < MB; ++i) {
+            const float* rc = rec + min(c0 + i, nch - 1) * cstride;
+            cp_async4(smem_u32(&s_o[buf][i][d]), rc + d);
+            if (d < 2) cp_async4(smem_u32(&s_ml[buf][i][d]), rc + D + d);  // position
+        }
+        cp_async_commit();
+    };
+    if (nch > 1) issue(1, 0);
+    for (int c0 = 1, buf = 0; c0 < nch; c0 += MB, buf ^= 1) {
+        if (c0 + MB < nch) {
+            issue(c0 + MB, buf ^ 1);
+        } else {
+            cp_async_commit();  // an empty group: the wait below then always leaves one group
+        }
+        cp_async_wait<1>();
+        __syncthreads();  // the batch's m and l, copied by threads 0 and 1
+#pragma unroll
+        for (int i = 0; i < MB; ++i) {
+            const bool live = c0 + i < nch;  // position
+            const float mc = s_ml[buf][i][0], lc = s_ml[buf][i][1], oc = s_o[buf][i][d];
+            float a, bw;
+            fold_weights(M, mc, sl2r, a, bw);
+            Ls = live ? fold(Ls, a, lc, bw) : Ls;
+            O = live ? fold(O, a, oc, bw) : O;
+            M = live ? fmaxf(M, mc) : M;
+        }
+        __syncthreads();  // every thread past this buffer before the next iteration refills it
     }
     // §7 on the folded (L, O), without its quad sum (L is already the row's).
     const bool seen = !(Ls == 0.f);

@@ -657,6 +657,99 @@ fn d2_d3_d4_across_key_chunks() {
     ));
 }
 
+/// Keys of `merge_across_many_chunks`: 38 chunks, the last holding 5 keys.
+const MANY_S: usize = 37 * KCHUNK + 5;
+/// Its windows `(first row, rows)`: rows whose key counts reach 17 and 18 chunks (the merge's first
+/// load batch of 16 chunk records after chunk 0, full and one past it) and 37 and 38 (a third,
+/// partial batch).
+const MANY_WINDOWS: [(usize, usize); 2] = [(17 * KCHUNK - 10, 20), (MANY_S - 20, 20)];
+
+/// A split decode's merge over many chunks (kernels/tensorcore.cu, `tc::merge`: the chunk records
+/// loaded in batches) gives the causal prefill rows and their log-sum-exp (D3): decode steps alone
+/// (key length `i + 1` by kv_lens: 17, 18, 37 or 38 chunks) and two in one launch with ragged chunk
+/// counts (D2), against windows of query rows through the prefill kernel, whose blocks fold the
+/// chunks themselves.
+fn merge_one<T: Element>(e: &Engine, d: usize) {
+    let (hq, hkv, s) = (4, 2, MANY_S);
+    let kv_p = problem((1, hq, hkv, 1, s, d), false, None, None);
+    let x = inputs::<T>(&kv_p, 900 + d as u64);
+    let what = |how: &str, i: usize, h: usize| {
+        format!(
+            "{} d{d}: {how}, row {i} (key length {}) head {h} differs from the causal prefill row",
+            tname::<T>(),
+            i + 1
+        )
+    };
+    for (wi, &(a, w)) in MANY_WINDOWS.iter().enumerate() {
+        // The window's query rows: seeded, independent of K and V's.
+        let wp = problem((1, hq, hkv, w, s, d), true, Some(vec![a + w]), None);
+        let wq = inputs::<T>(&wp, 950 + d as u64 + wi as u64).q;
+        let (want, want_lse) = run_raw_lse(e, &wp, &wq, &x.k, &x.v, None).expect("window");
+        let q_row = |h: usize, r: usize| &wq[(h * w + r) * d..][..d];
+        for r in [0, 9, 10, 11, w - 1] {
+            let i = a + r;
+            let q: Vec<T> = (0..hq).flat_map(|h| q_row(h, r).iter().copied()).collect();
+            let dp = problem((1, hq, hkv, 1, s, d), false, Some(vec![i + 1]), None);
+            let (got, lse) = run_raw_lse(e, &dp, &q, &x.k, &x.v, None).expect("decode");
+            for h in 0..hq {
+                assert!(
+                    bits(&got[h * d..][..d]) == bits(&want[(h * w + r) * d..][..d]),
+                    "{}",
+                    what("split decode and merge", i, h)
+                );
+                assert!(
+                    lse[h].to_bits() == want_lse[h * w + r].to_bits(),
+                    "{}",
+                    what("log-sum-exp of split decode and merge", i, h)
+                );
+            }
+        }
+        // Two steps in one launch: this window's last row and its first, ragged chunk counts.
+        let steps = [w - 1, 0];
+        let bq: Vec<T> = steps
+            .iter()
+            .flat_map(|&r| (0..hq).flat_map(move |h| q_row(h, r).iter().copied()))
+            .collect();
+        let bk = [&x.k[..], &x.k[..]].concat();
+        let bv = [&x.v[..], &x.v[..]].concat();
+        let dp = problem(
+            (2, hq, hkv, 1, s, d),
+            false,
+            Some(steps.iter().map(|&r| a + r + 1).collect()),
+            None,
+        );
+        let (got, lse) = run_raw_lse(e, &dp, &bq, &bk, &bv, None).expect("batched decode");
+        for (b, &r) in steps.iter().enumerate() {
+            for h in 0..hq {
+                let how = format!("batched split decode (batch element {b} of 2)");
+                assert!(
+                    bits(&got[(b * hq + h) * d..][..d]) == bits(&want[(h * w + r) * d..][..d]),
+                    "{}",
+                    what(&how, a + r, h)
+                );
+                assert!(
+                    lse[b * hq + h].to_bits() == want_lse[h * w + r].to_bits(),
+                    "{}",
+                    what(&format!("log-sum-exp of {how}"), a + r, h)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn merge_across_many_chunks() {
+    let Some(e) = gpu("merge_across_many_chunks") else {
+        return;
+    };
+    each_type_and_dim!(merge_one, &e);
+    loud(&format!(
+        "merge: split decodes of 17, 18, 37 and 38 key chunks ({MANY_S} keys), alone and two in \
+         one launch, = the rows of causal prefill windows; outputs and log-sum-exp bit for bit, \
+         every dtype and head dim"
+    ));
+}
+
 // ----------------------------------------------------------------- every pair of kernels
 
 // D3 across every pair of kernels the host can pick. For one (dtype, D) the host chooses among

@@ -548,6 +548,22 @@ __device__ __forceinline__ uint32_t pow2_bf16x2(int k) {
     return h | (h << 16);
 }
 
+// A bf16 Q row's scale (step 0 below) from its largest magnitude's bit pattern, as scale_q_rows
+// forms it (written out there too: a shared helper moved the schedules of every bf16 kernel on every
+// architecture, not all of which can be run here): the factors 2^-a and 2^-b (bf16 pairs; sh = a + b)
+// and the row's sl2 · 2^sh, clamped to [FLT_MIN, FLT_MAX].
+struct QScale {
+    uint32_t fa, fb;
+    float sl2r;
+};
+__device__ __forceinline__ QScale q_scale(uint32_t mag, float sl2) {
+    const int e = max(1, (int)(mag >> 7));
+    const int sh = e - 117;
+    const int a = sh >> 1, b = sh - a;
+    const float f = __fmul_rn(__fmul_rn(sl2, pow2(a)), pow2(b));
+    return {pow2_bf16x2(a), pow2_bf16x2(b), fminf(fmaxf(f, 1.17549435e-38f), 3.40282347e38f)};
+}
+
 // bf16 only (docs/tensorcore.md, step 0): scale every row r of the BM x D Q tile in shared memory by
 // 2^-sh, sh = e - 127 + 10 with e = max(1, the row's largest biased exponent), so that its largest
 // |q| lies in [2^-10, 2^-9) and every score |q'·k| <= 2^-9 · 2^128 · 256 = 2^127 stays finite for any
@@ -594,6 +610,46 @@ __device__ __forceinline__ void scale_q_rows(uint32_t sQ, uint32_t srow, float s
     const float f = __fmul_rn(__fmul_rn(sl2, pow2(a)), pow2(b));
     const float sl2r = fminf(fmaxf(f, 1.17549435e-38f), 3.40282347e38f);
     if (part == 0) asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(srow + r * 4), "f"(sl2r) : "memory");
+}
+
+// The TMA kernels (bf16): the same scaling applied to a warp's Q fragments in registers, after
+// ldmatrix has read them unscaled from the Q tile, instead of a pass of the whole block over the
+// tile in shared memory before the query tile's first S (a fixed cost of every query tile:
+// docs/perf.md). The same integer max over the same row (a quad's four lanes hold a row's D
+// columns: registers 0 and 2 of each k-step row r0 = wrow + lane / 4, 1 and 3 row r0 + 8), the
+// same factors, the same two roundings per element: the same bits. Lane 0 of the quad writes the
+// row's sl2 · 2^sh, which the quad's lanes read (row_sl2, the softmax): at every key chunk's start
+// (the fragments are reloaded there), so a __syncwarp before the write orders it after the lanes'
+// reads of the previous chunk (compute-sanitizer's racecheck flagged the write without it: the same
+// value, but an unordered write), and one after it before their next reads.
+template <int D>
+__device__ __forceinline__ void scale_q_regs(uint32_t (&qf)[D / 16][4], uint32_t srow, int r0, float sl2, int lane) {
+    uint32_t mag2[2] = {0u, 0u};
+    float sl2r[2];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mag2[e & 1] = __vmaxu2(mag2[e & 1], qf[kk][e] & 0x7fff7fffu);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        uint32_t mag = max(mag2[h] & 0xffffu, mag2[h] >> 16);
+        mag = max(mag, __shfl_xor_sync(0xffffffffu, mag, 1));
+        mag = max(mag, __shfl_xor_sync(0xffffffffu, mag, 2));
+        const QScale q = q_scale(mag, sl2);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            qf[kk][h] = mul_bf16x2(mul_bf16x2(qf[kk][h], q.fa), q.fb);
+            qf[kk][h + 2] = mul_bf16x2(mul_bf16x2(qf[kk][h + 2], q.fa), q.fb);
+        }
+        sl2r[h] = q.sl2r;
+    }
+    __syncwarp();
+    if ((lane & 3) == 0) {  // position
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(srow + (r0 + h * 8) * 4), "f"(sl2r[h]) : "memory");
+    }
+    __syncwarp();
 }
 
 // D head dim; MT m16 tiles per warp (rows per warp = 16 * MT); NW warps; BN keys per KV tile;
@@ -965,7 +1021,10 @@ __device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, 
     // Scores in log2 units. The clamp only matters for a scale near FLT_MAX (finite, > 0: validated):
     // sl2 is then never inf, so (s - m) · sl2 is never 0 · inf.
     const float sl2 = fminf(__fmul_rn(scale, 1.4426950408889634f), 3.40282347e38f);
-    if constexpr (Ty<T>::SCALE_Q) {
+    // bf16, TMA at D 128: step 0 on the Q fragments where the loop reads them (scale_q_regs); at D 64
+    // that spilled the causal kernel, which keeps the pass over shared memory.
+    constexpr bool QSCALE_REGS = C::TMA && Ty<T>::SCALE_Q && D == 128;
+    if constexpr (Ty<T>::SCALE_Q && !QSCALE_REGS) {
         // Step 0 (bf16): scale the Q rows once, outside the loop (nothing of the loop's state is live
         // yet). The loop's first barrier orders these shared-memory writes before any Q fragment read.
         if constexpr (!C::TMA) {  // (TMA: waited for above)
@@ -1446,6 +1505,7 @@ __device__ __forceinline__ int fwd(const TcArgs& A, const TmaMap* tk = nullptr, 
                 }
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[0][kk], sQ + (offQ ^ (kk << 5)));
+                if constexpr (QSCALE_REGS) scale_q_regs<D>(qf[0], sRow, wrow + (lane >> 2), sl2, lane);
                 scores(sK + slot(c0) * BN * D * 2, sacc, 0);
                 softmax_tile(sacc, mask_tile(c0, sacc), corr);
                 rescale(corr);

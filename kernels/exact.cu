@@ -967,7 +967,7 @@ constexpr int DEC_KT = 256;        // keys per dec_scores / dec_scores_wide bloc
 constexpr int DEC_WK = 4;          // dec_weights: DEC_KT-key groups per block (DEC_WK · DEC_KT keys)
 constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)
 constexpr int DEC_ST = TILE;       // dec_scores: threads, one key each, one tile per block
-constexpr int DEC_VT = 128;        // dec_values' chain warps: four (its shapes: DecVShape)
+constexpr int DEC_VT = 128;        // dec_values' threads that copy (its shapes: DecVShape)
 constexpr unsigned DEC_INVALID = 0x7FC00000u;
 
 // The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 304 bytes). The
@@ -1076,11 +1076,11 @@ __device__ __forceinline__ void dec_rows_own(unsigned char* s, int sstride, cons
 }
 template <class E, int NT>
 __device__ __forceinline__ void dec_rows_scalar(unsigned char* s, int sstride, const typename E::T* base, long long ss,
-                                                int j0, int rows, int jend, int units, int n) {
+                                                int j0, int rows, int jend, int units, int n, unsigned t) {
     typedef typename E::T T;
     constexpr int EU = 16 / (int)sizeof(T);
-    const int lane = threadIdx.x & 31;
-    for (int row = threadIdx.x >> 5; row < rows; row += NT / 32) {
+    const int lane = t & 31;
+    for (int row = t >> 5; row < rows; row += NT / 32) {
         const int j = j0 + row;
         const bool live = j < jend;
         const T* g = base + (long long)(live ? j : 0) * ss;
@@ -1137,7 +1137,8 @@ __device__ __forceinline__ void dec_scores_run(const DecParams& P, const DecHead
         else if (P.k_vec)
             dec_rows_own<E>(ks, ku * 16, kbase, P.k_ss, j0, P.Skv, units, P.D);
         else
-            dec_rows_scalar<E, DEC_ST>(ks, ku * 16, kbase, P.k_ss, j0, DEC_ST, P.Skv, D8 * (int)sizeof(T) / 16, P.D);
+            dec_rows_scalar<E, DEC_ST>(ks, ku * 16, kbase, P.k_ss, j0, DEC_ST, P.Skv, D8 * (int)sizeof(T) / 16, P.D,
+                                       threadIdx.x);
         cp_commit();
         cp_wait<0>();
         __syncthreads();  // the tile (and, the first time, the query rows) for every thread
@@ -1544,31 +1545,41 @@ __device__ void dec_weights(const DecParams& P) {
 // The chains of §4 for the columns of slice blockIdx.x < nslice of the R rows of one KV head, and
 // the rows' l chains (§4: the same chain with v = 1, so no column block pays for it). Stages of
 // VK keys go through a ring of NS buffers in shared memory by cp.async: a stage's V slice raw,
-// its weights p (dec_weights) and its tiles' alpha. Thread (warp w < 4, lane c) runs the CPL
-// columns CPL·c … CPL·c + CPL − 1 of the slice for rows w + 4k (k < RPW), each chain sequential
-// over the keys; the l chains run as the shape says. Each thread widens its V elements itself
-// (§1: exact) as it reads them from the stage, a key at a time. Two shapes, the same chains and
-// so the same bits; the host picks one by the number of KV heads (public):
-// - narrow (W false): 32 columns a block, a column a lane, stages of two tiles, the l chains in
+// its weights p (dec_weights) and its tiles' alpha. Each chain is sequential over the keys. Two
+// shapes, the same chains and so the same bits; the host picks one by the number of KV heads
+// (public):
+// - narrow (W false, dec_values_narrow): 8 columns a block, stages of two tiles, the l chains in
 //   one more block (blockIdx.x = nslice). Many blocks with little work a key: a launch of few KV
-//   heads (dec1: 8 heads) needs every chain it can run at once.
-// - wide (W true): 128 columns a block, four adjacent columns a lane (one 8-byte shared load a
-//   key for 2-byte V), stages of one tile, each row's l chain run by its warp's lanes alongside
-//   (every lane the same chain: a few additions a key; slice 0's lane 0 stores it). A V key
-//   row then leaves shared memory to the four row warps only (not to 16 warps of four blocks)
-//   and the weights leave L2 once per KV head (not five times): with many heads the narrow
-//   shape is bound by shared-memory wavefronts (docs/perf.md).
+//   heads (dec1: 8 heads) needs every chain it can run at once, and each chain warp is then
+//   about alone on its scheduler, so a key costs it the latency of whatever its FFMA waits for
+//   (docs/perf.md). Three warps: warp 2 issues every copy, warp 1 widens 2-byte V into f32 (§1:
+//   exact), four keys of a column side by side, one stage ahead of the chains; warp 0, lane
+//   (rq, c), runs column c for rows rq + 4k (k < RPW), its operands 16-byte loads issued a few
+//   groups of four keys ahead into a ring of registers. f32 V is not widened: the chains read it
+//   raw. Eight columns, not 32: a chain warp's 16-byte loads cost shared memory about one
+//   wavefront a key an operand, and four chain warps on one SM were bound by that, not by their
+//   FFMAs (docs/perf.md); 8-column blocks spread dec1's chains over every SM.
+// - wide (W true, dec_values_run): 128 columns a block, four row warps, four adjacent columns a
+//   lane (one 8-byte shared load a key for 2-byte V, widened by the lane), stages of one tile,
+//   each row's l chain run by its warp's lanes alongside (every lane the same chain: a few
+//   additions a key; slice 0's lane 0 stores it). A V key row then leaves shared memory to the
+//   four row warps only (not to 16 warps of four blocks) and the weights leave L2 once per KV
+//   head (not five times): with many heads the narrow shape is bound by shared-memory wavefronts
+//   (docs/perf.md).
 // RP: the rows the stage has room for, DEC_R or (when R ≤ 4, the usual decode) 4: a smaller
 // stage lets more blocks share an SM.
 template <class E, bool W>
 struct DecVShape {
     static constexpr int ES = (int)sizeof(typename E::T);
-    static constexpr int DS = W ? 128 : 32;             // columns a block
-    static constexpr int CPL = DS / 32;                 // columns a lane
+    static constexpr int DS = W ? 128 : 8;              // columns a block
+    static constexpr int CPL = W ? DS / 32 : 0;         // columns a lane (wide)
     static constexpr int VK = W ? TILE : 2 * TILE;      // keys a stage
     static constexpr int TPS = VK / TILE;               // tiles a stage
     static constexpr int NS = (W && ES == 4) ? 2 : 4;   // stages in the ring (wide f32: within 99 KB)
     static constexpr int PS = VK + 4;                   // row stride of a stage's weights (floats): rows in distinct banks
+    static constexpr int NT = W ? DEC_VT : 96;          // threads a block
+    static constexpr int CT = W ? DEC_VT : 32;          // threads that issue the copies (narrow: warp 2)
+    static constexpr bool WID = !W && ES == 2;          // the narrow shape's warp 1 widens V
 };
 template <class E, int RP, bool W>
 struct DecVLayout {
@@ -1578,7 +1589,8 @@ struct DecVLayout {
     static constexpr int PBYTES = RP * Sh::PS * 4;           // p [RP][PS]
     static constexpr int ABYTES = RP * Sh::TPS * 4;          // alpha [RP][tiles]
     static constexpr int STAGE = VBYTES + PBYTES + ABYTES;
-    static constexpr int SMEM = NS * STAGE;                  // dynamic shared bytes (host: values_smem)
+    static constexpr int WBYTES = Sh::VK * Sh::DS * 4;       // V widened (WID): [VK / 4][DS][4] f32
+    static constexpr int SMEM = NS * STAGE + (Sh::WID ? 2 * WBYTES : 0);  // dynamic shared bytes (host: values_smem)
 };
 constexpr int DEC_RSMALL = 4;  // the smaller stage's rows
 template <bool W>
@@ -1591,9 +1603,10 @@ static_assert(dec_stages_fit<false>() && dec_stages_fit<true>(),
               "16-byte stages, one block within sm_86/sm_89/sm_120's 99 KB");
 
 // dec_values' loads, one stage at a time into its buffer of the ring: the V slice (not in the l
-// block), the weights of the R rows and their tiles' alpha. What a thread copies is the same in
-// every stage but for the stage's first key, so its addresses are formed once and stepped by a
-// stage (public: positions and strides); that keeps the chain warps' issue slots for the chains.
+// block), the weights of the R rows and their tiles' alpha, by the shape's CT threads (t: the
+// thread's index among them). What a thread copies is the same in every stage but for the stage's first
+// key, so its addresses are formed once and stepped by a stage (public: positions and strides);
+// that keeps the chain warps' issue slots for the chains.
 template <class E, int RP, bool LBLOCK, bool W>
 struct DecVLoads {
     typedef typename E::T T;
@@ -1601,9 +1614,9 @@ struct DecVLoads {
     typedef DecVLayout<E, RP, W> Lay;
     static constexpr int VU = Sh::DS * Sh::ES / 16;  // 16-byte units of a row of the slice
     static constexpr int EU = 16 / Sh::ES;           // elements per unit
-    static constexpr int VROWS = DEC_VT / VU;        // rows a pass of the block copies
+    static constexpr int VROWS = Sh::CT / VU;        // rows a pass of the copying threads copies
     static constexpr int PU = Sh::VK / 4;            // 16-byte units of a stage's weight row
-    static constexpr int PROWS = DEC_VT / PU;        // weight rows a pass copies
+    static constexpr int PROWS = Sh::CT / PU;        // weight rows a pass copies
     const T* vb;      // the slice's first column, key 0
     int n;            // columns of the slice that exist
     const T* v0;      // this thread's unit of its first row, key 0
@@ -1614,8 +1627,10 @@ struct DecVLoads {
     // The weight row a thread copies first and its unit in the row: shifts (PU is a power of two).
     static constexpr int PUL = PU == 32 ? 5 : 4;
     static_assert(PU == 1 << PUL, "PU a power of two");
-    __device__ __forceinline__ DecVLoads(const DecParams& P, const T* vbase, long long rbase, int ntile, int dlim) {
-        const int tid = threadIdx.x, u = tid % VU;
+    int t;            // this thread's index among the CT that copy
+    __device__ __forceinline__ DecVLoads(const DecParams& P, const T* vbase, long long rbase, int ntile, int dlim, int t_)
+        : t(t_) {
+        const int tid = t_, u = tid % VU;
         vb = vbase;
         n = min(Sh::DS, dlim);
         vrow = tid / VU;
@@ -1626,7 +1641,7 @@ struct DecVLoads {
         a0 = P.al + (rbase + min(tid / Sh::TPS, P.R - 1)) * ntile + tid % Sh::TPS;
     }
     __device__ __forceinline__ void issue(const DecParams& P, unsigned char* dsb, int st, int nst) const {
-        const int tid = threadIdx.x, R = P.R;
+        const int tid = t, R = P.R;
         if (st < nst) {  // position
             unsigned char* sb = dsb + (st % Lay::NS) * Lay::STAGE;
             const int j0 = st * Sh::VK;
@@ -1650,7 +1665,7 @@ struct DecVLoads {
                         for (int i = 0; i < Sh::VK / VROWS; ++i) pass(i);
                     }
                 } else {
-                    dec_rows_scalar<E, DEC_VT>(sb, Sh::DS * Sh::ES, vb, P.v_ss, j0, Sh::VK, P.Skv, VU, n);
+                    dec_rows_scalar<E, Sh::CT>(sb, Sh::DS * Sh::ES, vb, P.v_ss, j0, Sh::VK, P.Skv, VU, n, tid);
                 }
             }
             float* ps = reinterpret_cast<float*>(sb + Lay::VBYTES) + (tid >> PUL) * Sh::PS + 4 * (tid & (PU - 1));
@@ -1667,36 +1682,50 @@ struct DecVLoads {
     }
 };
 
-template <class E, int RP, int RPW, bool PROP, bool LBLOCK, bool W>
+// The slice's bad-V flag per row (§7; bit r of `rows`: row r), ORed over the block's NT threads:
+// exact and order-free.
+template <int NT>
+__device__ __forceinline__ void dec_values_bad(const DecParams& P, unsigned* bv, unsigned rows) {
+    __shared__ unsigned redb[NT / 32];
+    for (int o = 16; o > 0; o >>= 1) rows |= __shfl_xor_sync(0xFFFFFFFFu, rows, o);
+    if ((threadIdx.x & 31) == 0) redb[threadIdx.x >> 5] = rows;
+    __syncthreads();
+    if ((int)threadIdx.x < P.R) {
+        unsigned b = 0u;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) b |= redb[w];
+        bv[(long long)threadIdx.x * P.nslice] = (b >> threadIdx.x) & 1u;
+    }
+}
+
+// The wide shape (W true): four row warps; thread (warp w, lane c) runs the CPL columns CPL·c …
+// CPL·c + CPL − 1 of the slice for rows w + 4k (k < RPW), and its rows' l chains alongside.
+template <class E, int RP, int RPW, bool PROP>
 __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead& H, int slice, unsigned char* dsb) {
     typedef typename E::T T;
-    typedef DecVShape<E, W> Sh;
-    typedef DecVLayout<E, RP, W> Lay;
+    typedef DecVShape<E, true> Sh;
+    typedef DecVLayout<E, RP, true> Lay;
     constexpr int TPS = Sh::TPS, CPL = Sh::CPL, NS = Lay::NS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int R = P.R;
     const int ntile = P.xpad / TILE;
     const long long rbase = (long long)H.bkv * R;
     const int nst = (H.kl + Sh::VK - 1) / Sh::VK;  // stages up to the last row's last valid key
-    const int c0 = LBLOCK ? 0 : slice * Sh::DS;
+    const int c0 = slice * Sh::DS;
     const int dlim = P.D - c0;  // columns of the slice that exist: min(DS, dlim)
     const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + c0;
-    const DecVLoads<E, RP, LBLOCK, W> loads(P, vbase, rbase, ntile, dlim);
-    // Who runs what, by position: the l chains (warp 0 of the l block), the column chains (the
-    // warps holding a row; in the wide shape they run their rows' l chains too).
-    const bool lrun = LBLOCK && warp == 0;
-    const bool crun = !LBLOCK && warp < R;
+    const DecVLoads<E, RP, false, true> loads(P, vbase, rbase, ntile, dlim, tid);
+    // The warps holding a row run its column chains and its l chain (by position).
+    const bool crun = warp < R;
     float acc[RPW][CPL];
 #pragma unroll
     for (int k = 0; k < RPW; ++k)
 #pragma unroll
         for (int c = 0; c < CPL; ++c) acc[k][c] = 0.0f;
-    float l = 0.0f;        // the l block's chain (lane r: row r)
-    float lq[RPW];         // the wide shape's l chains, of the thread's rows
+    float lq[RPW];  // the l chains of the thread's rows
 #pragma unroll
     for (int q = 0; q < RPW; ++q) lq[q] = 0.0f;
     unsigned bad = 0u;  // bit k: a valid key of row warp + 4k has a non-finite V element in this lane's columns
-    const int lrow = min(lane, R - 1);
 #pragma unroll 1
     for (int st = 0; st < NS - 1; ++st) loads.issue(P, dsb, st, nst);
 #pragma unroll 1
@@ -1709,33 +1738,18 @@ __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead
         const float* ps = reinterpret_cast<const float*>(sb + Lay::VBYTES);
         const float* as = reinterpret_cast<const float*>(sb + Lay::VBYTES + Lay::PBYTES);
         // Alpha multiplies the chains before each tile's first key.
-        if (lrun) {  // public
-            const float* pr = ps + lrow * Sh::PS;
-#pragma unroll
-            for (int k = 0; k < TPS; ++k) {
-                l = __fmul_rn(l, as[lrow * TPS + k]);
-#pragma unroll 4
-                for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
-                    const float4 p4 = *reinterpret_cast<const float4*>(pr + jj);
-                    l = __fadd_rn(l, p4.x);
-                    l = __fadd_rn(l, p4.y);
-                    l = __fadd_rn(l, p4.z);
-                    l = __fadd_rn(l, p4.w);
-                }
-            }
-        } else if (crun) {  // public
+        if (crun) {  // public
 #pragma unroll
             for (int k = 0; k < TPS; ++k) {
 #pragma unroll
                 for (int q = 0; q < RPW; ++q) {
 #pragma unroll
                     for (int c = 0; c < CPL; ++c) acc[q][c] = __fmul_rn(acc[q][c], as[min(warp + 4 * q, R - 1) * TPS + k]);
-                    if (W) lq[q] = __fmul_rn(lq[q], as[min(warp + 4 * q, R - 1) * TPS + k]);
+                    lq[q] = __fmul_rn(lq[q], as[min(warp + 4 * q, R - 1) * TPS + k]);
                 }
-                // (The wide shape's four times longer body unrolled four times (f32: not at all),
-                // not sixteen: fully unrolled, the ptxas of sm_100 and sm_120 put a value on
-                // the stack.)
-#pragma unroll(W ? 4 : TILE / 4)
+                // (Unrolled four times (f32: not at all), not sixteen: fully unrolled, the ptxas
+                // of sm_100 and sm_120 put a value on the stack.)
+#pragma unroll 4
                 for (int jj = k * TILE; jj < (k + 1) * TILE; jj += 4) {
                     float v[4][CPL];
                     unsigned vb[4];  // all ones when one of the lane's V elements of the key is non-finite
@@ -1764,12 +1778,11 @@ __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead
                             acc[q][c] = __fmaf_rn(p4.z, v[2][c], acc[q][c]);
                             acc[q][c] = __fmaf_rn(p4.w, v[3][c], acc[q][c]);
                         }
-                        if (W) {  // the row's l chain (every lane and slice runs it; slice 0's lane 0 stores it)
-                            lq[q] = __fadd_rn(lq[q], p4.x);
-                            lq[q] = __fadd_rn(lq[q], p4.y);
-                            lq[q] = __fadd_rn(lq[q], p4.z);
-                            lq[q] = __fadd_rn(lq[q], p4.w);
-                        }
+                        // The row's l chain (every lane and slice runs it; slice 0's lane 0 stores it).
+                        lq[q] = __fadd_rn(lq[q], p4.x);
+                        lq[q] = __fadd_rn(lq[q], p4.y);
+                        lq[q] = __fadd_rn(lq[q], p4.z);
+                        lq[q] = __fadd_rn(lq[q], p4.w);
                         if (PROP) {
                             // A valid key has p ≠ 0 (dec_weights); a selection, not a branch.
                             const unsigned hit = (mask_of(p4.x != 0.0f) & vb[0]) | (mask_of(p4.y != 0.0f) & vb[1]) |
@@ -1781,32 +1794,223 @@ __device__ __forceinline__ void dec_values_run(const DecParams& P, const DecHead
             }
         }
     }
-    if (LBLOCK && lrun && lane < R) P.l[rbase + lane] = l;  // public
-    if (LBLOCK) return;
-    {
 #pragma unroll
-        for (int q = 0; q < RPW; ++q) {
-            const int r = warp + 4 * q;
-            if (W && slice == 0 && lane == 0 && r < R) P.l[rbase + r] = lq[q];  // public
+    for (int q = 0; q < RPW; ++q) {
+        const int r = warp + 4 * q;
+        if (slice == 0 && lane == 0 && r < R) P.l[rbase + r] = lq[q];  // public
 #pragma unroll
-            for (int c = 0; c < CPL; ++c)
-                if (r < R && CPL * lane + c < dlim) P.acc[(rbase + r) * P.D + c0 + CPL * lane + c] = acc[q][c];  // public
-        }
+        for (int c = 0; c < CPL; ++c)
+            if (r < R && CPL * lane + c < dlim) P.acc[(rbase + r) * P.D + c0 + CPL * lane + c] = acc[q][c];  // public
     }
     // The slice's bad-V flag per row (§7), ORed over the block: exact and order-free.
-    __shared__ unsigned redb[DEC_VT / 32];
     unsigned rows = 0u;  // bit r: row r
 #pragma unroll
     for (int q = 0; q < RPW; ++q) rows |= (CPL * lane < dlim ? (bad >> q) & 1u : 0u) << min(warp + 4 * q, 31);
-    for (int o = 16; o > 0; o >>= 1) rows |= __shfl_xor_sync(0xFFFFFFFFu, rows, o);
-    if (lane == 0) redb[warp] = rows;
-    __syncthreads();
-    if (tid < R) {
-        unsigned b = 0u;
+    dec_values_bad<Sh::NT>(P, P.bv + rbase * P.nslice + slice, rows);
+}
+
+// The narrow shape (W false; above): warp 0 the chains, warp 1 widens, warp 2 copies. Block
+// nslice runs the l chains instead (lane r of warp 0: row r), warp 2 copying the weights.
+template <class E, int RP, int RPW, bool PROP, bool LBLOCK>
+__device__ __forceinline__ void dec_values_narrow(const DecParams& P, const DecHead& H, int slice, unsigned char* dsb) {
+    typedef typename E::T T;
+    typedef DecVShape<E, false> Sh;
+    typedef DecVLayout<E, RP, false> Lay;
+    constexpr int TPS = Sh::TPS, NS = Lay::NS, DS = Sh::DS;
+    constexpr int NG = Sh::VK / 4;  // groups of four keys a stage
+    constexpr int GW = 4 * DS;      // floats of a widened group: [DS][4]
+    constexpr int DR = RPW == 4 ? 2 : 4;  // groups a chain lane's operands are loaded ahead (16 rows: a
+                                          // shorter ring, which keeps four chains' within registers)
+    static_assert(DS == 8 && Sh::VK == 2 * TILE && NG == 32 && Sh::NT == 96 && Sh::CT == 32,
+                  "a chain warp of 4 rows x 8 columns, 32 groups a stage, a widening and a copying warp");
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool chain = warp == 0, widener = warp == 1, copier = warp == 2;  // public
+    const int R = P.R;
+    const int ntile = P.xpad / TILE;
+    const long long rbase = (long long)H.bkv * R;
+    const int nst = (H.kl + Sh::VK - 1) / Sh::VK;  // stages up to the last row's last valid key
+    const int c0 = LBLOCK ? 0 : slice * DS;
+    const int dlim = P.D - c0;  // columns of the slice that exist: min(DS, dlim)
+    const T* vbase = (const T*)P.v + (H.b * P.v_bs + H.kvh * P.v_hs) + c0;
+    const DecVLoads<E, RP, LBLOCK, false> loads(P, vbase, rbase, ntile, dlim, lane);
+    float* wb = reinterpret_cast<float*>(dsb + NS * Lay::STAGE);  // WID: two widened stages in turn
+    // Chain lane (rq, c): column c of the slice, rows rq + 4k. Widening lane (cw, kk): column cw,
+    // the keys 4g + kk of a stage.
+    const int c = lane & 7, rq = lane >> 3;
+    const int cw = lane >> 2, kk = lane & 3;
+    float acc[RPW];
 #pragma unroll
-        for (int w = 0; w < DEC_VT / 32; ++w) b |= redb[w];
-        P.bv[(rbase + tid) * P.nslice + slice] = (b >> tid) & 1u;
+    for (int q = 0; q < RPW; ++q) acc[q] = 0.0f;
+    float l = 0.0f;       // the l block's chain (lane r of warp 0: row r)
+    unsigned rows = 0u;   // bit r: a valid key of row r has a non-finite V element in this thread's columns
+    const int lrow = min(lane, R - 1);
+    if (copier) {  // public
+#pragma unroll 1
+        for (int st = 0; st < NS - 2; ++st) loads.issue(P, dsb, st, nst);
     }
+    // Iteration st: warp 1 widens stage st, warp 0 runs the chains over stage st - 1. The ring
+    // buffer warp 2 refills held stage st - 2, and the widened buffer warp 1 writes held stage
+    // st - 2 too: both done with at the barrier.
+#pragma unroll 1
+    for (int st = 0; st <= nst; ++st) {
+        if (copier) cp_wait<NS - 3>();  // public
+        __syncthreads();  // stage st has landed; stage st - 1 is widened; stage st - 2 is free
+        unsigned nfb = 0u;  // (WID, PROP) warp 1, bit g: key 4g + kk of stage st is non-finite in column cw
+        const unsigned char* sw = dsb + (st % NS) * Lay::STAGE;
+        if (copier) {  // public
+            loads.issue(P, dsb, st + NS - 2, nst);
+        } else if (widener) {  // public
+            if (Sh::WID && !LBLOCK && st < nst) {  // public
+                const T* vs = reinterpret_cast<const T*>(sw) + kk * DS + cw;
+                float* w = wb + (st & 1) * (NG * GW) + cw * 4 + kk;
+                // Every load before the first store: ptxas keeps shared loads and stores it cannot
+                // tell apart in source order, so a load, widen and store after another waits on
+                // every load.
+                float v[NG];
+#pragma unroll
+                for (int g = 0; g < NG; ++g) v[g] = E::widen1(vs[g * GW]);
+#pragma unroll
+                for (int g = 0; g < NG; ++g) {
+                    if (PROP) {
+                        nfb |= nonfinite_mask(v[g]) & (1u << g);
+                        v[g] = sanitize(v[g]);
+                    }
+                    w[g * GW] = v[g];
+                }
+            }
+        }
+        if (Sh::WID && PROP && !LBLOCK) {
+            // Bit g of lane (cw, kk): key 4g + kk is non-finite in one of the slice's 8 columns.
+            // (The shuffles run in every warp, outside the branches on the warp: a collective
+            // under a branch ptxas cannot prove uniform is an ENDCOLLECTIVE, which the audit
+            // rejects.)
+            for (int o = 4; o < 32; o <<= 1) nfb |= __shfl_xor_sync(0xFFFFFFFFu, nfb, o);
+            if (widener && st < nst) {  // public
+                // Lane (cw, kk) checks the keys 4g + kk of groups g = cw + 8t against each row's
+                // weights (a valid key has p ≠ 0): selections, no branch on a value.
+                const int g0 = cw;
+                const float* ps = reinterpret_cast<const float*>(sw + Lay::VBYTES) + 4 * g0 + kk;
+#pragma unroll 1
+                for (int r = 0; r < R; ++r) {  // public bound
+                    unsigned hr = 0u;
+#pragma unroll
+                    for (int t = 0; t < NG / 8; ++t) hr |= (nfb >> (g0 + 8 * t)) & mask_of(ps[r * Sh::PS + 32 * t] != 0.0f);
+                    rows |= (hr & 1u) << r;
+                }
+            }
+        }
+        if (chain && st > 0) {  // public
+            const unsigned char* sb = dsb + ((st - 1) % NS) * Lay::STAGE;
+            const float* ps = reinterpret_cast<const float*>(sb + Lay::VBYTES);
+            const float* as = reinterpret_cast<const float*>(sb + Lay::VBYTES + Lay::PBYTES);
+            if (LBLOCK) {
+                if (warp == 0) {  // public
+                    // The same register ring as the column chains: loaded a group at a time before
+                    // its additions, this block took 12 cycles a key (the load's latency each
+                    // group) and set the whole launch's time.
+                    const float* pr = ps + lrow * Sh::PS;
+                    float4 lr[4];
+#pragma unroll
+                    for (int d = 0; d < 4; ++d) lr[d] = *reinterpret_cast<const float4*>(pr + 4 * d);
+#pragma unroll
+                    for (int k = 0; k < TPS; ++k) {
+                        l = __fmul_rn(l, as[lrow * TPS + k]);
+#pragma unroll
+                        for (int g = k * (TILE / 4); g < (k + 1) * (TILE / 4); ++g) {
+                            const float4 p4 = lr[g % 4];
+                            lr[g % 4] = *reinterpret_cast<const float4*>(pr + 4 * min(g + 4, NG - 1));
+                            l = __fadd_rn(l, p4.x);
+                            l = __fadd_rn(l, p4.y);
+                            l = __fadd_rn(l, p4.z);
+                            l = __fadd_rn(l, p4.w);
+                        }
+                    }
+                }
+            } else {
+                const float* wv = wb + ((st - 1) & 1) * (NG * GW) + c * 4;
+                const T* vs = reinterpret_cast<const T*>(sb) + c;
+                // Four keys' v of the lane's column: widened (one 16-byte load), or f32 raw.
+                auto ldv = [&](int g) -> float4 {
+                    if (Sh::WID) return *reinterpret_cast<const float4*>(wv + g * GW);
+                    return make_float4(E::widen1(vs[(4 * g) * DS]), E::widen1(vs[(4 * g + 1) * DS]),
+                                       E::widen1(vs[(4 * g + 2) * DS]), E::widen1(vs[(4 * g + 3) * DS]));
+                };
+                auto ldp = [&](int q, int g) -> float4 {
+                    return *reinterpret_cast<const float4*>(ps + min(rq + 4 * q, R - 1) * Sh::PS + 4 * g);
+                };
+                // Each group's operands loaded DR groups before its FFMAs, into slots the source
+                // names (scripts/probe_chain_issue.cu: a lone warp then runs near the FFMA latency).
+                float4 vr[DR], pr[DR][RPW];
+#pragma unroll
+                for (int d = 0; d < DR; ++d) {
+                    vr[d] = ldv(d);
+#pragma unroll
+                    for (int q = 0; q < RPW; ++q) pr[d][q] = ldp(q, d);
+                }
+#pragma unroll
+                for (int k = 0; k < TPS; ++k) {
+                    // Alpha multiplies the chains before each tile's first key.
+#pragma unroll
+                    for (int q = 0; q < RPW; ++q) acc[q] = __fmul_rn(acc[q], as[min(rq + 4 * q, R - 1) * TPS + k]);
+                    // Group g from ring slot sl, whose operands are then reloaded for group gn.
+                    auto group = [&](int sl, int gn) {
+                        float4 v4 = vr[sl], p4[RPW];
+#pragma unroll
+                        for (int q = 0; q < RPW; ++q) p4[q] = pr[sl][q];
+                        vr[sl] = ldv(gn);
+#pragma unroll
+                        for (int q = 0; q < RPW; ++q) pr[sl][q] = ldp(q, gn);
+                        unsigned vb[4] = {0u, 0u, 0u, 0u};  // (f32, PROP) all ones: the key's element is non-finite
+                        if (!Sh::WID && PROP) {
+                            vb[0] = nonfinite_mask(v4.x), v4.x = sanitize(v4.x);
+                            vb[1] = nonfinite_mask(v4.y), v4.y = sanitize(v4.y);
+                            vb[2] = nonfinite_mask(v4.z), v4.z = sanitize(v4.z);
+                            vb[3] = nonfinite_mask(v4.w), v4.w = sanitize(v4.w);
+                        }
+#pragma unroll
+                        for (int q = 0; q < RPW; ++q) {
+                            acc[q] = __fmaf_rn(p4[q].x, v4.x, acc[q]);
+                            acc[q] = __fmaf_rn(p4[q].y, v4.y, acc[q]);
+                            acc[q] = __fmaf_rn(p4[q].z, v4.z, acc[q]);
+                            acc[q] = __fmaf_rn(p4[q].w, v4.w, acc[q]);
+                            if (!Sh::WID && PROP) {
+                                const unsigned hit = (mask_of(p4[q].x != 0.0f) & vb[0]) | (mask_of(p4[q].y != 0.0f) & vb[1]) |
+                                                     (mask_of(p4[q].z != 0.0f) & vb[2]) | (mask_of(p4[q].w != 0.0f) & vb[3]);
+                                rows |= (hit & 1u) << min(rq + 4 * q, 31);
+                            }
+                        }
+                    };
+                    // The reloads past the stage's last group read its last group again, unused
+                    // (no branch). 2-byte V fully unrolled, so that a slot is a register (rolled,
+                    // ptxas moved every slot into the next one each iteration: ~1.4 instructions a
+                    // key); f32 rolled by DR groups (unrolled, its four loads a group, hoisted by
+                    // ptxas, spilled).
+                    if (Sh::WID) {
+#pragma unroll
+                        for (int g = k * (TILE / 4); g < (k + 1) * (TILE / 4); ++g) group(g % DR, min(g + DR, NG - 1));
+                    } else {
+#pragma unroll 1
+                        for (int g0 = k * (TILE / 4); g0 < (k + 1) * (TILE / 4); g0 += DR)
+#pragma unroll
+                            for (int sl = 0; sl < DR; ++sl) group(sl, min(g0 + sl + DR, NG - 1));
+                    }
+                }
+            }
+        }
+    }
+    if (LBLOCK) {
+        if (warp == 0 && lane < R) P.l[rbase + lane] = l;  // public
+        return;
+    }
+    if (chain) {  // public
+#pragma unroll
+        for (int q = 0; q < RPW; ++q) {
+            const int r = rq + 4 * q;
+            if (r < R && c < dlim) P.acc[(rbase + r) * P.D + c0 + c] = acc[q];  // public
+        }
+        rows &= c < dlim ? ~0u : 0u;  // (a column past the slice reads zeros: never a hit)
+    }
+    dec_values_bad<Sh::NT>(P, P.bv + rbase * P.nslice + slice, rows);
 }
 
 template <class E, bool W>
@@ -1814,21 +2018,22 @@ __device__ void dec_values(const DecParams& P) {
     extern __shared__ __align__(16) unsigned char dsb[];
     const DecHead H = dec_head(P);
     const int slice = (int)blockIdx.x;
-    // The stage's rows and the rows per warp at compile time (R: public; the host sizes the
-    // shared memory by R the same way); non-finite handling by the policy.
-#define DA_VR(RP, RPW)                                                                   \
-    do {                                                                                 \
-        if (P.propagate) dec_values_run<E, RP, RPW, true, false, W>(P, H, slice, dsb);  \
-        else dec_values_run<E, RP, RPW, false, false, W>(P, H, slice, dsb);             \
+    // The stage's rows and the rows per warp or lane at compile time (R: public; the host sizes
+    // the shared memory by R the same way); non-finite handling by the policy.
+#define DA_VR(RP, RPW)                                                                  \
+    do {                                                                                \
+        if (W) {                                                                        \
+            if (P.propagate) dec_values_run<E, RP, RPW, true>(P, H, slice, dsb);        \
+            else dec_values_run<E, RP, RPW, false>(P, H, slice, dsb);                   \
+        } else if (slice == P.nslice) {                                                 \
+            dec_values_narrow<E, RP, 1, false, true>(P, H, slice, dsb);                 \
+        } else {                                                                        \
+            if (P.propagate) dec_values_narrow<E, RP, RPW, true, false>(P, H, slice, dsb); \
+            else dec_values_narrow<E, RP, RPW, false, false>(P, H, slice, dsb);         \
+        }                                                                               \
     } while (0)
-    // (slice == nslice: the narrow shape's l block, by position.)
     if (P.R <= DEC_RSMALL) {
-        if (!W && slice == P.nslice)
-            dec_values_run<E, DEC_RSMALL, 1, false, true, false>(P, H, slice, dsb);
-        else
-            DA_VR(DEC_RSMALL, 1);
-    } else if (!W && slice == P.nslice) {
-        dec_values_run<E, DEC_R, 1, false, true, false>(P, H, slice, dsb);
+        DA_VR(DEC_RSMALL, 1);
     } else if (P.R <= 8) {
         DA_VR(DEC_R, 2);
     } else {
@@ -1900,7 +2105,7 @@ __device__ void dec_finish(const DecParams& P) {
     extern "C" __global__ void __launch_bounds__(DEC_ST, 10) detattn_dec_scores_##SUF(const DecParams P) { dec_scores<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_scores_wide_##SUF(const DecParams P) { dec_scores_wide<E>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_NT) detattn_dec_weights_##SUF(const DecParams P) { dec_weights<E>(P); } \
-    extern "C" __global__ void __launch_bounds__(DEC_VT) detattn_dec_values_##SUF(const DecParams P) { dec_values<E, false>(P); } \
+    extern "C" __global__ void __launch_bounds__(96, 4) detattn_dec_values_##SUF(const DecParams P) { dec_values<E, false>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_VT, 1) detattn_dec_values_wide_##SUF(const DecParams P) { dec_values<E, true>(P); } \
     extern "C" __global__ void __launch_bounds__(DEC_FT) detattn_dec_finish_##SUF(const DecParams P) { dec_finish<E>(P); }
 DA_DEC(ElemF32, f32)
@@ -1918,7 +2123,7 @@ DA_DEC(ElemBf16, bf16)
 // the stage of DEC_R rows and of the smaller stage}.
 // dec_scores takes dec_scores_smem(D, element size, R) dynamic shared bytes, which the host mirrors.
 extern "C" __constant__ int detattn_dec_cfg[20] = {
-    DEC_R, DEC_NT, DEC_ST, DEC_VT, DecVShape<ElemF32, false>::DS, DEC_KT, DEC_FT, DEC_DMAX,
+    DEC_R, DEC_NT, DEC_ST, DecVShape<ElemF32, false>::NT, DecVShape<ElemF32, false>::DS, DEC_KT, DEC_FT, DEC_DMAX,
     DecVLayout<ElemF16, DEC_R, false>::SMEM, DecVLayout<ElemF32, DEC_R, false>::SMEM, DEC_WK,
     DEC_RSMALL, DecVLayout<ElemF16, DEC_RSMALL, false>::SMEM, DecVLayout<ElemF32, DEC_RSMALL, false>::SMEM,
     DEC_VT, DecVShape<ElemF32, true>::DS,

@@ -947,7 +947,7 @@ extern "C" __global__ void __launch_bounds__(GT, GEN_MINB) detattn_exact_generic
 // them anywhere, one block per (tile of keys, KV head), with each tile's maximum; the prefix
 // maximum of the tile maxima is exact, so `dec_weights` recomputes it in any block and turns the
 // scores into the weights p and the tiles' alpha, once; and the chains of §4 are one per (row,
-// column d), independent across d, so `dec_values` runs them in blocks of 32 or 128 columns (and
+// column d), independent across d, so `dec_values` runs them in blocks of 8 or 128 columns (and
 // the rows' l chains in one more block), each chain sequential over the keys as §4 says.
 // `dec_finish` divides and writes. The rows of one
 // launch are the R = group·Sq query rows that read one KV head (r = hg·Sq + i, query head
@@ -967,7 +967,7 @@ constexpr int DEC_KT = 256;        // keys per dec_scores / dec_scores_wide bloc
 constexpr int DEC_WK = 4;          // dec_weights: DEC_KT-key groups per block (DEC_WK · DEC_KT keys)
 constexpr int DEC_DMAX = 256;      // largest head dim of dec_scores (dec_scores_wide past it)
 constexpr int DEC_ST = TILE;       // dec_scores: threads, one key each, one tile per block
-constexpr int DEC_VT = 128;        // dec_values' threads that copy (its shapes: DecVShape)
+constexpr int DEC_VT = 128;        // threads of dec_values_wide (the shapes: DecVShape)
 constexpr unsigned DEC_INVALID = 0x7FC00000u;
 
 // The launch parameters of the decode kernels (src/cuda/exact.rs: DecParams; 304 bytes). The
@@ -1604,9 +1604,9 @@ static_assert(dec_stages_fit<false>() && dec_stages_fit<true>(),
 
 // dec_values' loads, one stage at a time into its buffer of the ring: the V slice (not in the l
 // block), the weights of the R rows and their tiles' alpha, by the shape's CT threads (t: the
-// thread's index among them). What a thread copies is the same in every stage but for the stage's first
-// key, so its addresses are formed once and stepped by a stage (public: positions and strides);
-// that keeps the chain warps' issue slots for the chains.
+// thread's index among them). What a thread copies is the same in every stage but for the
+// stage's first key, so its addresses are formed once and stepped by a stage (public: positions
+// and strides); that keeps the chain warps' issue slots for the chains.
 template <class E, int RP, bool LBLOCK, bool W>
 struct DecVLoads {
     typedef typename E::T T;
@@ -1819,8 +1819,9 @@ __device__ __forceinline__ void dec_values_narrow(const DecParams& P, const DecH
     constexpr int TPS = Sh::TPS, NS = Lay::NS, DS = Sh::DS;
     constexpr int NG = Sh::VK / 4;  // groups of four keys a stage
     constexpr int GW = 4 * DS;      // floats of a widened group: [DS][4]
-    constexpr int DR = RPW == 4 ? 2 : 4;  // groups a chain lane's operands are loaded ahead (16 rows: a
-                                          // shorter ring, which keeps four chains' within registers)
+    // Groups a chain lane's operands are loaded ahead; 16 rows (four chains a lane) take a shorter
+    // ring, which keeps their operands within registers.
+    constexpr int DR = RPW == 4 ? 2 : 4;
     static_assert(DS == 8 && Sh::VK == 2 * TILE && NG == 32 && Sh::NT == 96 && Sh::CT == 32,
                   "a chain warp of 4 rows x 8 columns, 32 groups a stage, a widening and a copying warp");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1905,9 +1906,9 @@ __device__ __forceinline__ void dec_values_narrow(const DecParams& P, const DecH
             const float* as = reinterpret_cast<const float*>(sb + Lay::VBYTES + Lay::PBYTES);
             if (LBLOCK) {
                 if (warp == 0) {  // public
-                    // The same register ring as the column chains: loaded a group at a time before
-                    // its additions, this block took 12 cycles a key (the load's latency each
-                    // group) and set the whole launch's time.
+                    // The same register ring as the column chains, so that this block keeps up
+                    // with them (a load a group just before its additions waits out the load's
+                    // latency every four keys).
                     const float* pr = ps + lrow * Sh::PS;
                     float4 lr[4];
 #pragma unroll

@@ -14,7 +14,9 @@ DIR/exact.sm_90.cubin with a manifest.json in the format the crate's test overri
 - in the decode kernels' chains, the same two in each values shape (narrow and wide): skip the
   rescale when alpha == 1 (too small a part of a decode call for dudect to see alone: measured NOT
   detected on the H100, 2026-11-24) and skip four keys whose weights are all zero (`dudect
-  --q-len 1 ... --expect-leak` sees it).
+  --q-len 1 ... --expect-leak` sees it). In the narrow shape's 2-byte kernels ptxas turns both into
+  selections (no branch for the audit to flag, no leak for dudect to time); its f32 kernel keeps
+  the branches, so the narrow plants are timed through `--dtype f32`.
 
 Then, on a GPU: `DETATTN_TEST_CUBIN_DIR=DIR detattn-dudect --backend cuda` must report the leak
 (|t| > 10), and here `python3 audit/sass_audit.py --listing ...` must flag the planted branches.

@@ -198,9 +198,10 @@ for s in "${STAGES[@]}"; do
       done
       grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|test result\|paged cache" "$OUT/tcpaged.log" | sort | uniq -c ;;
     exdec)
-      # The Exact decode targets side by side with SDPA (dec1, decode B32), then each decode
-      # kernel's own time under Nsight Compute (one call of each shape, bf16).
-      stage exdec 400 python3 scripts/gpu_compare.py "$BIN" "$OUT/exdec.json" --paths exact --only decode,dec1
+      # The Exact decode targets side by side with SDPA (dec1, decode B32, and the batches 2-12
+      # between them, where the values kernels change), then each decode kernel's own time under
+      # Nsight Compute (one call of each shape, bf16).
+      stage exdec 400 python3 scripts/gpu_compare.py "$BIN" "$OUT/exdec.json" --paths exact --only decode,dec1,batches
       for shape in "--batch 1 --kv-len 32768" "--batch 32 --kv-len 8192"; do
         # shellcheck disable=SC2086
         stage exdec 300 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:detattn_dec_ "$BIN" bench --backend cuda \

@@ -25,7 +25,8 @@ What it measures, each on the same shapes and with the same protocol for both li
       decode) against our contiguous run and SDPA's on the contiguous cache; a causal varlen prefill
       batch of 8 sequences (`--seqlens-q/-k`) against SDPA called once per sequence.
 Workloads: W1, W2, W2c, W3c (the anchors), W4 (GQA 32/8, causal), W5 (D 64 f16, causal), decode (B=32) and dec1 (B=1, Skv=32768), the grid ids
-g<B>_s<Skv/1024>k_h<Hkv>; `--only` picks some (`grid` = all grid ids), `--quick` = W1,W2.
+g<B>_s<Skv/1024>k_h<Hkv>; `--only` picks some (`grid` = all grid ids), `--quick` = W1,W2. The decodes
+b<B>_s8k (B 2, 4, 8, 12; otherwise as decode, in table (c)) run only when asked (`--only batches`).
 `--paths` picks the Exact and/or the TensorCore rows (default both).
 
 Protocol (both libraries): `--warmup` untimed launches, then `--iters` samples (>= 20), each
@@ -77,7 +78,15 @@ PAGED = ((32, 32, 8, 1, 8192, 128), "bf16", (16, 256))
 VARLEN = ((128, 512, 1024, 2048, 300, 4000, 64, 1500), 32, 8, 128, "bf16")
 KVCACHE = ["paged", "varlen"]
 PREFILL = ["W1", "W2", "W2c", "W3c", "W4", "W5"]
-DECODE = ["decode", "dec1"] + GRID
+# Decodes between dec1 and decode (Hq 32, Hkv 8, Skv 8192, bf16; `--only batches`, not in the default
+# run): the batch sizes around the Exact path's change of values kernel (DEC_WIDE_MIN_BLOCKS in
+# src/cuda/exact.rs: 96 KV heads), where 2026-11-28's narrow kernel gained at B2/B4 and lost 9 % at B8
+# (docs/perf.md).
+BATCHES = []
+for _b in (2, 4, 8, 12):
+    BATCHES.append(f"b{_b}_s8k")
+    WORKLOADS[BATCHES[-1]] = ((_b, 32, 8, 1, 8192, 128), "bf16", False)
+DECODE = ["decode", "dec1"] + BATCHES + GRID
 TORCH_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 SDPA = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -104,12 +113,12 @@ def parse_args():
         ap.error("--iters must be >= 20 (docs/design.md §9)")
     if a.rotate < 4:
         ap.error("--rotate must be >= 4 (inputs must not sit in L2)")
-    ids = list(WORKLOADS)
+    ids = [w for w in WORKLOADS if w not in BATCHES]
     if a.quick:
         ids = ["W1", "W2"]
     if a.only:
         want = [w.strip() for w in a.only.split(",") if w.strip()]
-        want = [g for w in want for g in (GRID if w == "grid" else [w])]
+        want = [g for w in want for g in (GRID if w == "grid" else BATCHES if w == "batches" else [w])]
         known = list(WORKLOADS) + KVCACHE
         bad = [w for w in want if w not in known]
         if bad:

@@ -484,6 +484,25 @@ const SPLIT_ROWS: [usize; 14] = [
     0, 1, 1000, 2046, 2047, 2048, 2049, 3000, 4094, 4095, 4096, 4097, 4498, 4499,
 ];
 
+/// One row of a key-split test against its causal prefill row: the output bit for bit, then the
+/// log-sum-exp (`want_lse`: its bits); `what` names the row in the failure message, `how` the
+/// route (the log-sum-exp's message says "log-sum-exp of" it).
+fn same_row<T: Element>(
+    got: &[T],
+    lse: f32,
+    want: &[T],
+    want_lse: u32,
+    how: &str,
+    what: impl Fn(&str) -> String,
+) {
+    assert!(bits(got) == bits(want), "{}", what(how));
+    assert!(
+        lse.to_bits() == want_lse,
+        "{}",
+        what(&format!("log-sum-exp of {how}"))
+    );
+}
+
 /// With more keys than one chunk, the rows of a causal prefill (one launch per chunk, each folding
 /// into the state of the last; on sm_90's TMA kernels one launch whose blocks fold at each chunk
 /// boundary), and their log-sum-exp, equal: decode steps through the split decode launch and its merge,
@@ -527,15 +546,13 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
             let dp = problem((1, hq, hkv, 1, s, d), false, Some(vec![i + 1]), layout);
             let (got, lse) = run_raw_lse(e, &dp, &q, &x.k, &x.v, mask.as_deref()).expect("decode");
             for h in 0..hq {
-                assert!(
-                    bits(&got[h * d..][..d]) == bits(want(h, i)),
-                    "{}",
-                    what("decode by kv_lens", i, h)
-                );
-                assert!(
-                    lse[h].to_bits() == want_lse(h, i),
-                    "{}",
-                    what("log-sum-exp of decode by kv_lens", i, h)
+                same_row(
+                    &got[h * d..][..d],
+                    lse[h],
+                    want(h, i),
+                    want_lse(h, i),
+                    "decode by kv_lens",
+                    |k| what(k, i, h),
                 );
             }
             let n = i + 1;
@@ -553,15 +570,13 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
             let (got, lse) =
                 run_raw_lse(e, &dp, &q, &cut(&x.k), &cut(&x.v), mcut.as_deref()).expect("decode");
             for h in 0..hq {
-                assert!(
-                    bits(&got[h * d..][..d]) == bits(want(h, i)),
-                    "{}",
-                    what("decode, cache of i + 1 keys", i, h)
-                );
-                assert!(
-                    lse[h].to_bits() == want_lse(h, i),
-                    "{}",
-                    what("log-sum-exp of decode, cache of i + 1 keys", i, h)
+                same_row(
+                    &got[h * d..][..d],
+                    lse[h],
+                    want(h, i),
+                    want_lse(h, i),
+                    "decode, cache of i + 1 keys",
+                    |k| what(k, i, h),
                 );
             }
         }
@@ -596,15 +611,13 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
             for (b, &i) in steps.iter().enumerate() {
                 for h in 0..hq {
                     let how = format!("batched decode (batch element {b} of {nb})");
-                    assert!(
-                        bits(&got[(b * hq + h) * d..][..d]) == bits(want(h, i)),
-                        "{}",
-                        what(&how, i, h)
-                    );
-                    assert!(
-                        lse[b * hq + h].to_bits() == want_lse(h, i),
-                        "{}",
-                        what(&format!("log-sum-exp of {how}"), i, h)
+                    same_row(
+                        &got[(b * hq + h) * d..][..d],
+                        lse[b * hq + h],
+                        want(h, i),
+                        want_lse(h, i),
+                        &how,
+                        |k| what(k, i, h),
                     );
                 }
             }
@@ -626,15 +639,13 @@ fn split_one<T: Element>(e: &Engine, d: usize) {
             for h in 0..hq {
                 for (r, i) in (a..a + w).enumerate() {
                     let how = format!("window [{a}, {}) through the prefill kernel", a + w);
-                    assert!(
-                        bits(&got[(h * w + r) * d..][..d]) == bits(want(h, i)),
-                        "{}",
-                        what(&how, i, h)
-                    );
-                    assert!(
-                        lse[h * w + r].to_bits() == want_lse(h, i),
-                        "{}",
-                        what(&format!("log-sum-exp of {how}"), i, h)
+                    same_row(
+                        &got[(h * w + r) * d..][..d],
+                        lse[h * w + r],
+                        want(h, i),
+                        want_lse(h, i),
+                        &how,
+                        |k| what(k, i, h),
                     );
                 }
             }
@@ -692,15 +703,13 @@ fn merge_one<T: Element>(e: &Engine, d: usize) {
             let dp = problem((1, hq, hkv, 1, s, d), false, Some(vec![i + 1]), None);
             let (got, lse) = run_raw_lse(e, &dp, &q, &x.k, &x.v, None).expect("decode");
             for h in 0..hq {
-                assert!(
-                    bits(&got[h * d..][..d]) == bits(&want[(h * w + r) * d..][..d]),
-                    "{}",
-                    what("split decode and merge", i, h)
-                );
-                assert!(
-                    lse[h].to_bits() == want_lse[h * w + r].to_bits(),
-                    "{}",
-                    what("log-sum-exp of split decode and merge", i, h)
+                same_row(
+                    &got[h * d..][..d],
+                    lse[h],
+                    &want[(h * w + r) * d..][..d],
+                    want_lse[h * w + r].to_bits(),
+                    "split decode and merge",
+                    |k| what(k, i, h),
                 );
             }
         }
@@ -722,15 +731,13 @@ fn merge_one<T: Element>(e: &Engine, d: usize) {
         for (b, &r) in steps.iter().enumerate() {
             for h in 0..hq {
                 let how = format!("batched split decode (batch element {b} of 2)");
-                assert!(
-                    bits(&got[(b * hq + h) * d..][..d]) == bits(&want[(h * w + r) * d..][..d]),
-                    "{}",
-                    what(&how, a + r, h)
-                );
-                assert!(
-                    lse[b * hq + h].to_bits() == want_lse[h * w + r].to_bits(),
-                    "{}",
-                    what(&format!("log-sum-exp of {how}"), a + r, h)
+                same_row(
+                    &got[(b * hq + h) * d..][..d],
+                    lse[b * hq + h],
+                    &want[(h * w + r) * d..][..d],
+                    want_lse[h * w + r].to_bits(),
+                    &how,
+                    |k| what(k, a + r, h),
                 );
             }
         }

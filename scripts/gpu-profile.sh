@@ -27,7 +27,8 @@ W1=(--batch 1 --q-heads 16 --q-len 1024 --head-dim 64)
 W2=(--batch 4 --q-heads 16 --q-len 4096 --head-dim 128)
 
 # prof NAME KERNEL_REGEX CMD...: one profiled launch of the first kernel matching the regex, the
-# details page as text and the SASS source page (per-instruction stall samples) as CSV.
+# details page as text, the SASS source page (per-instruction stall samples) as CSV, and its
+# samples grouped by stretch of code (scripts/ncu_segments.py).
 prof() {
   local name=$1 regex=$2; shift 2
   echo "=== $name: $*"
@@ -35,6 +36,8 @@ prof() {
     >"$P/$name.run.log" 2>&1 || { echo "ncu failed: $(tail -3 "$P/$name.run.log")"; return; }
   ncu --import "$P/$name.ncu-rep" --print-details all >"$P/$name.txt" 2>&1
   ncu --import "$P/$name.ncu-rep" --page source --csv --print-source sass >"$P/$name.sass.csv" 2>&1
+  # The samples by stretch of machine code (one per warp role's loop body, where roles differ).
+  python3 scripts/ncu_segments.py "$P/$name.sass.csv" 25 >"$P/$name.segments.txt" 2>&1
   grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Eligible Warps|Warp Cycles Per Issued|Executed Ipc A" "$P/$name.txt" | head -12
 }
 

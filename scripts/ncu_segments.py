@@ -24,13 +24,17 @@ def opcode(src):
 
 
 def main():
-    rows = list(csv.reader(open(sys.argv[1], newline="")))
+    with open(sys.argv[1], newline="") as f:
+        rows = list(csv.reader(f))
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
     # Row 0 names the kernel; row 1 is the header.
     hdr = rows[1]
     ix = {h: i for i, h in enumerate(hdr)}
     stalls = [h for h in hdr if h.startswith("stall_") and "(Not" not in h]
-    num = lambda r, h: int(r[ix[h]].replace(",", "") or 0)
+
+    def num(r, h):
+        return int(r[ix[h]].replace(",", "") or 0)
+
     segs = []
     for r in rows[2:]:
         if len(r) < len(hdr):

@@ -20,6 +20,8 @@ Checks (docs/python.md says what each stands for):
   dropin      detattn.scaled_dot_product_attention vs F.scaled_dot_product_attention and a float64
               reference, within docs/numerics.md §9's bound (tensorcore: docs/tensorcore.md's)
   threads     8 Python threads, each on its own stream: the same bits as one call
+  lse         return_lse=True on torch CUDA tensors: on exact the CPU's log-sum-exp bits, on
+              tensorcore within 1e-4·max(1, |lse|) of them (the same −inf rows); the output unmoved
   hf          Transformers: a random Llama-style model with attn_implementation="detattn": prefill and
               cached decode through detattn; 20 generations give the same tokens and attention digests;
               a sequence's attention outputs alone and inside a padded batch
@@ -129,8 +131,9 @@ def selftest(args):
                 bad.append((r["backend"], c["case"], c["status"], c.get("detail")))
     routes = {r["backend"]: r["route"] for r in report.reports}
     # The library's own host route on the GPU (generator, upload, kernel: `detattn selftest`'s
-    # code path) must give the same digest as the package's torch route, for every case.
-    cases = detattn._native.golden_cases()
+    # code path) must give the same digest as the package's torch route, for every case the
+    # package takes (not the paged and varlen ones: `cache_features`).
+    cases = [c for c in detattn._native.golden_cases() if not c["cache_features"]]
     diffs = []
     py_digests = {}
     for path in ("exact", "tensorcore"):
@@ -401,6 +404,55 @@ def threads(args):
 
 
 @check
+def lse(args):
+    """`return_lse=True` on torch CUDA tensors (the raw device entry point with the log-sum-exp):
+    on "exact" the bits of the same call on NumPy host arrays (the CPU: numerics.md §10), on
+    "tensorcore" within 1e-4·max(1, |lse|) of those with the same −inf and NaN rows; the output
+    bits equal a call without it; every problem on a non-default stream."""
+    rng = np.random.default_rng(5)
+    cases = [
+        # (B, Hq, Hkv, Sq, Skv, D), dtype, causal, kv_lens
+        ((2, 8, 2, 1, 5000, 128), "bf16", False, [5000, 2100]),  # a split TensorCore decode
+        ((3, 4, 4, 70, 300, 64), "f16", True, [300, 0, 71]),  # a batch element without keys
+        ((1, 16, 16, 257, 257, 128), "bf16", True, None),
+        ((2, 4, 1, 9, 40, 256), "f16", False, None),
+    ]
+    bad, lines = [], []
+    st = torch.cuda.Stream()
+    for dims, tag, causal, kv_lens in cases:
+        b, hq, hkv, sq, skv, d = dims
+        # torch CPU tensors: the CPU engine (no ml_dtypes needed for bf16 on the host).
+        host = [
+            torch.from_numpy(rng.uniform(-1.5, 1.5, (b, h, s_, d)).astype(np.float32)).to(TORCH_DTYPES[tag])
+            for h, s_ in ((hq, sq), (hkv, skv), (hkv, skv))
+        ]
+        dev = [t.to(DEV) for t in host]
+        _, want = detattn.attention(*host, causal=causal, kv_lens=kv_lens, return_lse=True)
+        want = want.numpy()
+        for path in ("exact", "tensorcore"):
+            with torch.cuda.stream(st):
+                o, l = detattn.attention(*dev, causal=causal, kv_lens=kv_lens, path=path, return_lse=True)
+                o2 = detattn.attention(*dev, causal=causal, kv_lens=kv_lens, path=path)
+            st.synchronize()
+            got = l.cpu().numpy()
+            ok = l.dtype == torch.float32 and tuple(l.shape) == (b, hq, sq) and bits(o) == bits(o2)
+            if path == "exact":
+                ok = ok and got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+                err = 0.0
+            else:
+                same = np.array_equal(np.isneginf(got), np.isneginf(want)) and np.array_equal(
+                    np.isnan(got), np.isnan(want)
+                )
+                fin = np.isfinite(want)
+                err = float((np.abs(got[fin] - want[fin]) / np.maximum(1, np.abs(want[fin]))).max())
+                ok = ok and same and err <= 1e-4
+            lines.append(f"{path} {tag} {'x'.join(map(str, dims))}: {'ok' if ok else 'BAD'} (rel {err:.1e})")
+            if not ok:
+                bad.append(lines[-1])
+    record("lse", not bad, "; ".join(lines))
+
+
+@check
 def hf(args):
     import transformers
     from transformers import AttentionInterface, AutoModelForCausalLM, LlamaConfig
@@ -534,7 +586,7 @@ def hf(args):
            f"{sum(r['outputs_equal'] for r in drows)}; generated tokens equal {same_tokens}", drows)
 
 
-CHECKS = [env, selftest, cli, nocopy, stream, dropin, threads, hf]
+CHECKS = [env, selftest, cli, nocopy, stream, dropin, threads, lse, hf]
 
 
 def main():

@@ -87,7 +87,7 @@ impl GoldenCase {
     }
 
     /// Whether the case uses a paged cache, a variable-length batch or the log-sum-exp: the
-    /// interfaces of `Engine::run_cache`, which the Python package does not take yet.
+    /// interfaces of `Engine::run_cache`.
     pub fn uses_cache_features(&self) -> bool {
         self.page_size.is_some() || self.seqlens.is_some() || self.lse
     }

@@ -29,7 +29,8 @@
 //!   block table of `i32` pages) gives the bits of contiguous K and V; in a variable-length batch
 //!   ([`ProblemBuilder::varlen`]) each sequence gets the bits of that sequence computed alone;
 //!   both on either backend and path (on the GPU also through the device entry points). The
-//!   optional log-sum-exp per query row has the bits of `docs/numerics.md` §10 on the `Exact`
+//!   optional log-sum-exp per query row (host entry points and, on the GPU, the device ones:
+//!   `cuda::DeviceTensorMut::with_lse`) has the bits of `docs/numerics.md` §10 on the `Exact`
 //!   path (CPU = GPU) and of `docs/tensorcore-numerics.md` §10 on the `TensorCore` path (D1–D5
 //!   like its output).
 //! - **What runs is what was audited**: the GPU kernels are embedded cubins checked against their

@@ -15,7 +15,9 @@
 //!   (docs/tensorcore-numerics.md §10) within `TC_LSE_TOL` of the CPU's through every kernel and
 //!   launch form (prefill, decode, the split decode's merge, `Propagate`'s poisoning), the same
 //!   rows −inf and NaN, and asking for it changes no output bit (its D1–D5 bits are held by
-//!   tests/cuda_tensorcore.rs).
+//!   tests/cuda_tensorcore.rs); the device entry points (`run_device`, `run_device_paged`,
+//!   `run_device_raw`) give the host entry's log-sum-exp bits on every varlen and paged problem
+//!   above, and a bad log-sum-exp buffer is their typed error with nothing written.
 //!
 //! Without a usable GPU every test prints `SKIPPED` and why.
 #![cfg(feature = "cuda")]
@@ -24,8 +26,10 @@ mod gpu_common;
 mod kvcache_common;
 mod layout_common;
 
+use cudarc::driver::{DevicePtr, DevicePtrMut};
 use detattn::cuda::{
-    DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut, PagedRead, ValidAsZeroBits,
+    CudaSlice, CudaStream, DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut,
+    PagedRead, RawDeviceOut, RawDeviceQkv, RawDeviceTensor, ValidAsZeroBits,
 };
 use detattn::inputs::{GenOptions, Paged, SplitMix64, generate, paginate};
 use detattn::tensor::gather;
@@ -38,6 +42,7 @@ use kvcache_common::{
     alone_inputs, assert_rows_alone, bits, contiguous, run_cache_on, varlen_problem,
 };
 use layout_common::{Kind, place};
+use std::sync::Arc;
 
 /// The dtypes `path` takes.
 fn dtypes(path: Path) -> &'static [DType] {
@@ -74,14 +79,16 @@ fn random_varlen(rng: &mut SplitMix64, path: Path) -> Problem {
 }
 
 /// `p` through the device entry point of paged caches (`run_device_paged`): Q and the output
-/// contiguous, the pages as `paginate` lays them out.
+/// contiguous, the pages as `paginate` lays them out; with `lse`, the log-sum-exp too
+/// (`DeviceTensorMut::with_lse`; else the second vector is empty).
 fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
     e: &Engine,
     p: &Problem,
     q: &[T],
     c: &Paged<T>,
     mask: Option<&[bool]>,
-) -> Result<Vec<T>, Error> {
+    lse: bool,
+) -> Result<(Vec<T>, Vec<f32>), Error> {
     let cb = e.cuda().expect("a CUDA engine");
     let st = cb.stream();
     let s = p.shape();
@@ -101,6 +108,11 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
         max_pages: c.max_pages,
     };
     let mut dout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
+    let mut dlse = lse.then(|| poisoned_lse(&st, p));
+    let mut out = DeviceTensorMut::new(&mut dout, ql);
+    if let Some(l) = dlse.as_mut() {
+        out = out.with_lse(l);
+    }
     cb.run_device_paged(
         e.path(),
         &st,
@@ -108,9 +120,109 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
         DeviceTensor::new(&dq, ql),
         &cache,
         dm.as_ref(),
-        DeviceTensorMut::new(&mut dout, ql),
+        out,
     )?;
-    Ok(st.clone_dtoh(&dout).expect("download"))
+    Ok((
+        st.clone_dtoh(&dout).expect("download"),
+        dlse.map_or(Vec::new(), |l| st.clone_dtoh(&l).expect("download")),
+    ))
+}
+
+/// A device buffer for `p`'s log-sum-exp, filled with a pattern no result has (an f32 NaN other
+/// than the canonical one), so that an entry left unwritten shows.
+fn poisoned_lse(st: &Arc<CudaStream>, p: &Problem) -> CudaSlice<f32> {
+    let s = p.shape();
+    st.clone_htod(&vec![
+        f32::from_bits(LSE_POISON);
+        s.batch * s.q_heads * s.q_len
+    ])
+    .expect("upload")
+}
+
+/// What `poisoned_lse` fills with.
+const LSE_POISON: u32 = 0x7FA5_5A5A;
+
+/// `p` on contiguous `[B, H, S, D]` buffers through `run_device` and through `run_device_raw`
+/// (the binding's entry point: raw addresses on the device's stream), each with the log-sum-exp:
+/// (output, log-sum-exp) of each.
+#[allow(clippy::type_complexity)]
+fn device_and_raw<T: Element + DeviceRepr>(
+    e: &Engine,
+    p: &Problem,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    mask: Option<&[bool]>,
+) -> Result<[(Vec<T>, Vec<f32>); 2], Error> {
+    let cb = e.cuda().expect("a CUDA engine");
+    let st = cb.stream();
+    let up = |t: &[T]| st.clone_htod(t).expect("upload");
+    let (dq, dk, dv) = (up(q), up(k), up(v));
+    let dm = mask.map(|m| {
+        st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
+            .expect("upload")
+    });
+    let x = DeviceQkv::bhsd(p, &dq, &dk, &dv, dm.as_ref());
+    let s = p.shape();
+    let ol = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+    let mut dout = up(&vec![T::from_bits_u32(0x5EED); s.q_elems()]);
+    let mut dlse = poisoned_lse(&st, p);
+    cb.run_device(
+        e.path(),
+        &st,
+        p,
+        &x,
+        DeviceTensorMut::new(&mut dout, ol).with_lse(&mut dlse),
+    )?;
+    let dev = (
+        st.clone_dtoh(&dout).expect("download"),
+        st.clone_dtoh(&dlse).expect("download"),
+    );
+    let mut rout = up(&vec![T::from_bits_u32(0x5EED); s.q_elems()]);
+    let mut rlse = poisoned_lse(&st, p);
+    {
+        let (pq, _gq) = dq.device_ptr(&st);
+        let (pk, _gk) = dk.device_ptr(&st);
+        let (pv, _gv) = dv.device_ptr(&st);
+        let pm = dm.as_ref().map(|m| (m.device_ptr(&st), m.len()));
+        let (po, _go) = rout.device_ptr_mut(&st);
+        let nl = rlse.len();
+        let (pl, _gl) = rlse.device_ptr_mut(&st);
+        let raw = |ptr: u64, t: &DeviceTensor<'_, T>| RawDeviceTensor {
+            ptr,
+            len: t.data.len(),
+            layout: t.layout,
+        };
+        let rx = RawDeviceQkv {
+            q: raw(pq, &x.q),
+            k: raw(pk, &x.k),
+            v: raw(pv, &x.v),
+            mask: pm.as_ref().map(|((ptr, _), len)| (*ptr, *len)),
+        };
+        let ro = RawDeviceOut {
+            out: RawDeviceTensor {
+                ptr: po,
+                len: s.q_elems(),
+                layout: ol,
+            },
+            lse: Some((pl, nl)),
+        };
+        // SAFETY: the device's own stream; every buffer is a live allocation of this device,
+        // held (with its cudarc stream guard) until the stream has run the work (the downloads
+        // below synchronise it); the inputs are not written; the two outputs are buffers of
+        // their own.
+        unsafe { cb.run_device_raw::<T>(e.path(), raw_stream(&st), p, &rx, &ro)? };
+    }
+    let raw = (
+        st.clone_dtoh(&rout).expect("download"),
+        st.clone_dtoh(&rlse).expect("download"),
+    );
+    Ok([dev, raw])
+}
+
+/// The raw `CUstream` handle of `st`.
+fn raw_stream(st: &CudaStream) -> u64 {
+    st.cu_stream() as u64
 }
 
 /// One varlen problem on GPU engine `e`: host entry against each sequence alone on `e`, the
@@ -134,6 +246,15 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
     let what = format!("{} {:?}", e.path(), T::DTYPE);
     let (out, _) = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), None, false)
         .unwrap_or_else(|err| panic!("{what} {p:?}: {err}"));
+    // With the log-sum-exp: the same output bits; its own bits are what every other entry point
+    // below must give.
+    let (out_l, lse) = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), None, true)
+        .unwrap_or_else(|err| panic!("{what} lse {p:?}: {err}"));
+    assert_eq!(
+        bits(&out_l),
+        bits(&out),
+        "{what}: asking for the lse moved the output {p:?}"
+    );
     assert_rows_alone(
         p,
         &out,
@@ -156,6 +277,16 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
         )
         .unwrap();
         assert_eq!(bits(&out), bits(&cpu), "{what}: GPU Exact != CPU {p:?}");
+        let (_, cpu_lse) = run_cache_on(
+            &Engine::cpu(),
+            p,
+            &x.q,
+            contiguous(p, &x.k, &x.v),
+            None,
+            true,
+        )
+        .unwrap();
+        assert_eq!(bits(&lse), bits(&cpu_lse), "{what}: GPU lse != CPU {p:?}");
     }
     // The device entry point on packed [total, H, D] buffers (FlashAttention's varlen layout).
     let s = p.shape();
@@ -172,13 +303,25 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
         mask: None,
     };
     let mut dout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
-    cb.run_device(e.path(), &st, p, &dev, DeviceTensorMut::new(&mut dout, lq))
-        .unwrap_or_else(|err| panic!("{what} device {p:?}: {err}"));
+    let mut dlse = poisoned_lse(&st, p);
+    cb.run_device(
+        e.path(),
+        &st,
+        p,
+        &dev,
+        DeviceTensorMut::new(&mut dout, lq).with_lse(&mut dlse),
+    )
+    .unwrap_or_else(|err| panic!("{what} device {p:?}: {err}"));
     let got = st.clone_dtoh(&dout).expect("download");
     assert_eq!(
         bits(&gather(&got, qd, lq)),
         bits(&out),
         "{what}: device entry != host entry {p:?}"
+    );
+    assert_eq!(
+        bits(&st.clone_dtoh(&dlse).expect("download")),
+        bits(&lse),
+        "{what}: device entry's lse != host entry's {p:?}"
     );
     // Paged (half the time): the contiguous bits.
     if seed % 2 == 1 {
@@ -191,9 +334,14 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
             bits(&out),
             "{what}: paged {page} != contiguous {p:?}"
         );
-        let dev = device_paged(e, p, &x.q, &c, None)
+        let (dev, dev_lse) = device_paged(e, p, &x.q, &c, None, true)
             .unwrap_or_else(|err| panic!("{what} device paged {page}: {err}"));
         assert_eq!(bits(&dev), bits(&out), "{what}: device paged {page} {p:?}");
+        assert_eq!(
+            bits(&dev_lse),
+            bits(&lse),
+            "{what}: device paged {page} lse {p:?}"
+        );
     }
     s.q_heads * s.q_len
 }
@@ -352,15 +500,33 @@ fn paged_one<T: Element + DeviceRepr + ValidAsZeroBits>(
         x.k[3] = T::from_f32_rne(f32::NAN);
     }
     let mask = x.mask.as_deref();
-    let want = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), mask, false)
+    let want = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), mask, true)
         .unwrap_or_else(|err| panic!("{p:?}: {err}"));
+    let plain = run_cache_on(e, p, &x.q, contiguous(p, &x.k, &x.v), mask, false)
+        .unwrap_or_else(|err| panic!("{p:?}: {err}"));
+    assert_eq!(
+        bits(&plain.0),
+        bits(&want.0),
+        "asking for the lse moved the output {p:?}"
+    );
     let c = paginate(p, &x.k, &x.v, page, seed ^ 0xFACE).unwrap();
-    let got = run_cache_on(e, p, &x.q, KvCache::Paged(c.cache()), mask, false)
+    let got = run_cache_on(e, p, &x.q, KvCache::Paged(c.cache()), mask, true)
         .unwrap_or_else(|err| panic!("paged {page} {p:?}: {err}"));
     assert_eq!(bits(&got.0), bits(&want.0), "paged {page} {p:?}");
-    let dev = device_paged(e, p, &x.q, &c, mask)
+    assert_eq!(bits(&got.1), bits(&want.1), "paged {page} lse {p:?}");
+    // The device entry points, each with the log-sum-exp: the host's bits.
+    let dev = device_paged(e, p, &x.q, &c, mask, true)
         .unwrap_or_else(|err| panic!("device paged {page} {p:?}: {err}"));
-    assert_eq!(bits(&dev), bits(&want.0), "device paged {page} {p:?}");
+    let [contig, raw] = device_and_raw(e, p, &x.q, &x.k, &x.v, mask)
+        .unwrap_or_else(|err| panic!("device {p:?}: {err}"));
+    for (entry, (o, l)) in [
+        ("device paged", dev),
+        ("device", contig),
+        ("raw device", raw),
+    ] {
+        assert_eq!(bits(&o), bits(&want.0), "{entry} {page} {p:?}");
+        assert_eq!(bits(&l), bits(&want.1), "{entry} lse {page} {p:?}");
+    }
     if e.path() == Path::Exact {
         let cpu = run_cache_on(
             &Engine::cpu(),
@@ -429,7 +595,7 @@ fn reject_reads_what_the_cpu_reads() {
             );
         }
         assert_eq!(
-            device_paged(&e, &p, &x.q, &c, None).unwrap_err(),
+            device_paged(&e, &p, &x.q, &c, None, false).unwrap_err(),
             Error::NonFinite {
                 tensor: TensorName::V
             },
@@ -441,7 +607,195 @@ fn reject_reads_what_the_cpu_reads() {
         let want =
             run_cache_on(&e, &p, &x.q, KvCache::Paged(bad.cache()), None, false).unwrap_err();
         assert!(matches!(want, Error::BlockTableEntry { .. }), "{want:?}");
-        assert_eq!(device_paged(&e, &p, &x.q, &bad, None).unwrap_err(), want);
+        assert_eq!(
+            device_paged(&e, &p, &x.q, &bad, None, false).unwrap_err(),
+            want
+        );
+    }
+}
+
+/// A bad log-sum-exp argument through a device entry point is a typed error before any work, and
+/// a rejected input writes neither output: a buffer of the wrong length (`run_device`,
+/// `run_device_paged`, `run_device_raw`: [`Error::TensorLength`] of `lse`), a raw address that is
+/// not 4-byte aligned ([`Error::Misaligned`]) or whose allocation ends before its last entry
+/// ([`Error::TensorExtent`]; checked against the driver's allocation range), a NaN under `Reject` ([`Error::NonFinite`]); in every case the output
+/// and the log-sum-exp keep their poison.
+#[test]
+fn device_log_sum_exp_errors_write_nothing() {
+    for path in Path::ALL {
+        let Some(e) = gpu("device_log_sum_exp_errors_write_nothing", path) else {
+            continue;
+        };
+        let cb = e.cuda().expect("a CUDA engine");
+        let st = cb.stream();
+        let p = Problem::builder(detattn::Shape::new(2, 4, 2, 3, 100, 64))
+            .kv_lens(vec![100, 40])
+            .build()
+            .unwrap();
+        let s = p.shape();
+        let n = s.batch * s.q_heads * s.q_len;
+        let mut x = generate::<f16>(&p, GenOptions::seed(21));
+        let up = |t: &[f16]| st.clone_htod(t).expect("upload");
+        let (dq, dk, dv) = (up(&x.q), up(&x.k), up(&x.v));
+        let ol = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+        let poison = vec![f16::from_bits_u32(0x5EED); s.q_elems()];
+        let mut dout = up(&poison);
+        let lse_of = |len: usize| {
+            st.clone_htod(&vec![f32::from_bits(LSE_POISON); len])
+                .expect("upload")
+        };
+        let untouched = |out: &CudaSlice<f16>, lse: &CudaSlice<f32>, what: &str| {
+            assert_eq!(
+                bits(&st.clone_dtoh(out).expect("download")),
+                bits(&poison),
+                "{path} {what}: the output was written"
+            );
+            let l = st.clone_dtoh(lse).expect("download");
+            assert!(
+                l.iter().all(|v| v.to_bits() == LSE_POISON),
+                "{path} {what}: the lse was written"
+            );
+        };
+        let is_lse_length = |r: Result<(), Error>, want: usize, got: usize| {
+            let err = r.unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    Error::TensorLength { tensor: TensorName::Lse, expected, got: g, .. }
+                        if *expected == want && *g == got
+                ),
+                "{path}: {err:?}"
+            );
+        };
+        // Lengths through run_device and run_device_paged.
+        let x_dev = DeviceQkv::bhsd(&p, &dq, &dk, &dv, None);
+        for len in [n - 1, n + 1] {
+            let mut dlse = lse_of(len);
+            let r = cb.run_device(
+                path,
+                &st,
+                &p,
+                &x_dev,
+                DeviceTensorMut::new(&mut dout, ol).with_lse(&mut dlse),
+            );
+            is_lse_length(r, n, len);
+            untouched(&dout, &dlse, "run_device, wrong lse length");
+        }
+        let c = paginate(&p, &x.k, &x.v, 32, 5).unwrap();
+        let (pk, pv) = (up(&c.k), up(&c.v));
+        let cache = DevicePagedKv {
+            k: DeviceTensor::new(&pk, c.layout),
+            v: DeviceTensor::new(&pv, c.layout),
+            num_pages: c.num_pages,
+            page_size: c.page_size,
+            block_table: &c.block_table,
+            max_pages: c.max_pages,
+        };
+        let mut dlse = lse_of(n + 3);
+        let r = cb.run_device_paged(
+            path,
+            &st,
+            &p,
+            DeviceTensor::new(&dq, ol),
+            &cache,
+            None,
+            DeviceTensorMut::new(&mut dout, ol).with_lse(&mut dlse),
+        );
+        is_lse_length(r, n, n + 3);
+        untouched(&dout, &dlse, "run_device_paged, wrong lse length");
+        // The raw entry point: length, alignment, the allocation's end.
+        let mut big = lse_of(n + 1);
+        {
+            let (pq, _gq) = dq.device_ptr(&st);
+            let (pk, _gk) = dk.device_ptr(&st);
+            let (pv, _gv) = dv.device_ptr(&st);
+            let (po, _go) = dout.device_ptr_mut(&st);
+            let (pl, _gl) = big.device_ptr_mut(&st);
+            let raw = |ptr: u64, t: &DeviceTensor<'_, f16>| RawDeviceTensor {
+                ptr,
+                len: t.data.len(),
+                layout: t.layout,
+            };
+            let rx = RawDeviceQkv {
+                q: raw(pq, &x_dev.q),
+                k: raw(pk, &x_dev.k),
+                v: raw(pv, &x_dev.v),
+                mask: None,
+            };
+            let run = |lse: (u64, usize)| {
+                let ro = RawDeviceOut {
+                    out: RawDeviceTensor {
+                        ptr: po,
+                        len: s.q_elems(),
+                        layout: ol,
+                    },
+                    lse: Some(lse),
+                };
+                // SAFETY: the device's own stream; every address is of a live allocation of this
+                // device held until the downloads below synchronise the stream; the inputs are
+                // not written; the outputs are buffers of their own (and the calls fail before
+                // any work).
+                unsafe { cb.run_device_raw::<f16>(path, raw_stream(&st), &p, &rx, &ro) }
+            };
+            is_lse_length(run((pl, n + 1)), n, n + 1);
+            let err = run((pl + 2, n)).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Misaligned {
+                        tensor: TensorName::Lse,
+                        ..
+                    }
+                ),
+                "{path}: {err:?}"
+            );
+            // The last entries past the end of the allocation the address lies in (the driver's
+            // range, which for a pooled allocation may be more than this buffer).
+            let (mut base, mut size) = (0u64, 0usize);
+            // SAFETY: two out-pointers to locals; the driver reads `pl` only as an address.
+            let r =
+                unsafe { cudarc::driver::sys::cuMemGetAddressRange_v2(&mut base, &mut size, pl) };
+            assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+            let end = base + size as u64;
+            let err = run((end - 4 * (n as u64 - 1), n)).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::TensorExtent {
+                        tensor: TensorName::Lse,
+                        ..
+                    }
+                ),
+                "{path}: {err:?}"
+            );
+        }
+        untouched(&dout, &big, "run_device_raw, bad lse");
+        // Reject: a NaN in q, neither output written.
+        x.q[7] = f16::NAN;
+        let dq_bad = up(&x.q);
+        let mut dlse = lse_of(n);
+        let err = cb
+            .run_device(
+                path,
+                &st,
+                &p,
+                &DeviceQkv::bhsd(&p, &dq_bad, &dk, &dv, None),
+                DeviceTensorMut::new(&mut dout, ol).with_lse(&mut dlse),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::NonFinite {
+                tensor: TensorName::Q
+            },
+            "{path}"
+        );
+        untouched(&dout, &dlse, "Reject with a NaN in q");
+        loud(&format!(
+            "device lse errors on {}: wrong lengths (3 entry points), misaligned and overrunning \
+             raw addresses, Reject: typed errors, nothing written",
+            e.describe()
+        ));
     }
 }
 
@@ -503,8 +857,7 @@ fn log_sum_exp_on_the_gpu() {
         let got = run_cache_on(&e, &p, &x.q, contiguous(&p, &x.k, &x.v), mask, true)
             .unwrap_or_else(|err| panic!("{p:?}: {err}"));
         assert_eq!(bits(&got.0), bits(&want.0), "output {p:?}");
-        let lb = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-        assert_eq!(lb(&got.1), lb(&want.1), "lse {p:?}");
+        assert_eq!(bits(&got.1), bits(&want.1), "lse {p:?}");
         rows += got.1.len();
         neg_inf += got.1.iter().filter(|v| **v == f32::NEG_INFINITY).count();
         nan += got.1.iter().filter(|v| v.is_nan()).count();

@@ -199,9 +199,19 @@ def _wrap_dlpack(x, name: str) -> Arr:
 # --- allocation -------------------------------------------------------------------------------
 
 
-def empty_like_kind(a: Arr, shape):
-    """A new uninitialised array of ``a``'s kind, dtype and device, contiguous in ``shape``:
-    what the package returns when no ``out`` is given."""
+def empty_like_kind(a: Arr, shape, dtype=None):
+    """A new uninitialised array of ``a``'s kind and device, contiguous in ``shape``, of ``a``'s
+    dtype or the tag ``dtype`` (``"f32"``: the log-sum-exp): what the package returns when no
+    ``out`` is given."""
+    if dtype == "f32":
+        if a.kind == "torch":
+            return _torch().empty(shape, dtype=_torch().float32, device=a.obj.device)
+        if a.device[0] == "cpu":
+            return np.empty(shape, dtype=np.float32)
+        raise ValueError(
+            "detattn cannot allocate device memory for a non-torch CUDA array: return_lse needs "
+            "torch tensors on a GPU"
+        )
     if a.kind == "torch":
         return _torch().empty(shape, dtype=a.obj.dtype, device=a.obj.device)
     if a.kind == "numpy":

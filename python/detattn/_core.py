@@ -145,6 +145,7 @@ def attention(
     nonfinite="reject",
     out=None,
     causal_align="bottom-right",
+    return_lse=False,
 ):
     """Scaled dot-product attention, forward: ``softmax(scale · q kᵀ) v`` with detattn's promises.
 
@@ -167,6 +168,13 @@ def attention(
     (NaN or ±inf in q, k or v raises :class:`NonFiniteError`, nothing is written) or
     ``"propagate"`` (exactly the affected rows become NaN).
 
+    With ``return_lse=True`` the call returns ``(out, lse)``: ``lse`` a new float32 array of q's
+    kind and device, ``[B, Hq, Sq]``, each query row's log-sum-exp of its scaled scores
+    (FlashAttention's ``softmax_lse``, for merging partial attention): ``-inf`` for a row with no
+    key to attend, NaN for a row poisoned under ``"propagate"``. Its bits on ``"exact"`` are the
+    CPU's on every backend (docs/numerics.md §10); on ``"tensorcore"`` reproducible on one GPU
+    architecture and within 1e-4·max(1, \|lse\|) of ``"exact"``'s.
+
     Errors: ``ValueError`` for invalid input, ``NonFiniteError`` (a ``ValueError``) for rejected
     non-finite input, ``RuntimeError`` for CUDA faults, with the library's messages; ``TypeError``
     for an object that is not an array. The GIL is released while computing.
@@ -174,10 +182,12 @@ def attention(
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be 'bhsd' or 'bshd', got {layout!r}")
     aq, ak, av = wrap(q, "q"), wrap(k, "k"), wrap(v, "v")
-    return _run(aq, ak, av, causal, causal_align, scale, attn_mask, kv_lens, layout, path, nonfinite, out)
+    return _run(
+        aq, ak, av, causal, causal_align, scale, attn_mask, kv_lens, layout, path, nonfinite, out, return_lse
+    )
 
 
-def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, nonfinite, out, out_tag=None):
+def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, nonfinite, out, return_lse=False):
     if aq.dtype not in _FLOATS:
         raise ValueError(f"q has dtype {_dtype_name(aq.dtype)}; detattn takes float32, float16 and bfloat16")
     for name, a in (("k", ak), ("v", av)):
@@ -214,6 +224,10 @@ def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, non
         if ao.kind == "numpy" and not ao.obj.flags.writeable:
             raise ValueError("out is read-only")
     _, os_ = _bhsd(ao, layout, "out")
+    lse, al = None, None
+    if return_lse:
+        lse = empty_like_kind(aq, (b, hq, sq), "f32")
+        al = wrap(lse, "lse")
     mask, mask_layout, am = None, None, None
     if attn_mask is not None:
         mask, mask_layout, am = _mask(attn_mask, aq, (b, hq, sq, skv))
@@ -227,6 +241,7 @@ def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, non
         "nonfinite": nonfinite,
     }
     args = [path, aq.dtype, 0, problem, _desc(aq, qs), _desc(ak, ks), _desc(av, vs), mask, _desc(ao, os_)]
+    args.append(None if al is None else (al.ptr, b * hq * sq))
     if aq.device[0] == "cpu":
         _call(_native.run, "cpu", *args)
     elif aq.kind == "torch":
@@ -236,7 +251,7 @@ def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, non
         args[2] = stream.cuda_stream
         # The caching allocator must not hand these tensors' memory to another stream before the
         # current one has run our kernels (a no-op for a tensor allocated on this stream).
-        for a in (aq, ak, av, ao, am):
+        for a in (aq, ak, av, ao, am, al):
             if a is not None and a.kind == "torch":
                 a.obj.record_stream(stream)
         # cudarc makes the device's primary context current on this thread; torch's current
@@ -248,8 +263,8 @@ def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, non
         # ordered its work before (`__dlpack__(stream=1)`).
         _call(_native.run, f"cuda:{aq.device[1]}", *args)
     # Keep the DLPack capsules and the mask's dense copy alive until here.
-    del aq, ak, av, ao, am
-    return result
+    del aq, ak, av, ao, am, al
+    return (result, lse) if return_lse else result
 
 
 def causal_align_name(align) -> str:

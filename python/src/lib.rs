@@ -1,13 +1,14 @@
 //! `detattn._native`: the Rust half of the Python package. The Python half (`python/detattn/`)
 //! turns NumPy arrays, torch tensors and DLPack capsules into raw tensor descriptors — an address,
 //! a length in elements and element strides — and this module hands them to the library's entry
-//! points: [`detattn::Engine::run_tensors`] for host memory and
+//! points: [`detattn::Engine::run_cache`] for host memory and
 //! [`detattn::cuda::CudaBackend::run_device_raw`] for device memory, on the caller's stream.
 //!
 //! What this layer adds to the library, and nothing more:
 //! - the descriptors become slices (host) or raw device tensors, after the checks that make that
-//!   sound: alignment, and no overlap between the output and any input (a `&mut` next to a `&` of
-//!   the same bytes would be undefined behaviour; the device entry point requires it too);
+//!   sound: alignment, and no overlap between the outputs (the output, the log-sum-exp) and any
+//!   input or each other (a `&mut` next to a `&` of the same bytes would be undefined behaviour;
+//!   the device entry point requires it too);
 //! - the library's typed errors become one Python exception, `_native.Error((kind, message,
 //!   tensor))`, which the Python half re-raises as `ValueError`, `RuntimeError` or
 //!   `detattn.NonFiniteError`, carrying the crate's message unchanged;
@@ -18,10 +19,10 @@
 //! The only `unsafe` is in [`host`] (raw host addresses to slices) and in [`run`]'s call of
 //! `run_device_raw`, each after the checks its contract names.
 
-use detattn::cuda::{RawDeviceQkv, RawDeviceTensor};
+use detattn::cuda::{RawDeviceOut, RawDeviceQkv, RawDeviceTensor};
 use detattn::{
-    Backend, CausalAlign, DType, Element, Engine, Layout, MaskLayout, NonFinitePolicy, Path,
-    Problem, Qkv, Shape, Tensor, TensorMut, bf16, f16,
+    Backend, CausalAlign, DType, Element, Engine, KvCache, Layout, MaskLayout, NonFinitePolicy,
+    Path, Problem, QkvCache, Shape, Tensor, TensorMut, bf16, f16,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -138,16 +139,16 @@ fn span(d: &Desc, elem: usize) -> (u64, u64) {
     )
 }
 
-/// The output's bytes must not overlap any input's (q, k, v, mask): the host path would hold a
-/// `&mut` and a `&` of the same bytes, and the device entry point's contract forbids it. Checked
-/// on the buffers' whole spans, so it is conservative for interleaved views.
-fn check_no_overlap(out: &Desc, inputs: &[(&str, (u64, u64))], elem: usize) -> Res<()> {
-    let (o0, o1) = span(out, elem);
-    for (name, (a0, a1)) in inputs {
+/// An output's bytes (`name`, its span) must not overlap any other buffer's of the call (q, k,
+/// v, mask, the other output): the host path would hold a `&mut` and a `&` of the same bytes, and
+/// the device entry point's contract forbids it. Checked on the buffers' whole spans, so it is
+/// conservative for interleaved views.
+fn check_no_overlap(name: &str, (o0, o1): (u64, u64), others: &[(&str, (u64, u64))]) -> Res<()> {
+    for (other, (a0, a1)) in others {
         if o0 < *a1 && *a0 < o1 {
             return Err(Failure::value(format!(
-                "out overlaps {name} in memory (out spans {o0:#x}..{o1:#x}, {name} {a0:#x}..{a1:#x}): \
-                 the output must be a buffer of its own"
+                "{name} overlaps {other} in memory ({name} spans {o0:#x}..{o1:#x}, {other} \
+                 {a0:#x}..{a1:#x}): each output must be a buffer of its own"
             )));
         }
     }
@@ -264,10 +265,12 @@ fn problem(a: &ProblemArgs) -> Res<Problem> {
 /// Compute attention. `backend` is `cpu` (host memory) or `cuda:N` (device memory of GPU N, run
 /// on `stream`, a raw `CUstream` handle: 0 is the legacy default stream). `mask` is the address
 /// and length in bytes of a dense `[Bm, Hm, Sq, Skv]` boolean mask (one byte per entry, nonzero =
-/// attend) in the same memory as the tensors. Writes only the output's rows; on error writes
-/// nothing. Releases the GIL while it computes.
+/// attend) in the same memory as the tensors. `lse`, if given, is the address and length (f32
+/// entries) of a contiguous `[B, Hq, Sq]` float32 buffer in the same memory, for each query row's
+/// log-sum-exp. Writes only the output's rows (and the log-sum-exp); on error writes nothing.
+/// Releases the GIL while it computes.
 #[pyfunction]
-#[pyo3(signature = (backend, path, dtype, stream, problem, q, k, v, mask, out))]
+#[pyo3(signature = (backend, path, dtype, stream, problem, q, k, v, mask, out, lse=None))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -281,6 +284,7 @@ fn run(
     v: Desc,
     mask: Option<(u64, usize)>,
     out: Desc,
+    lse: Option<(u64, usize)>,
 ) -> PyResult<()> {
     let backend = parse_backend(backend)?;
     let path = parse_path(path)?;
@@ -295,6 +299,7 @@ fn run(
         v,
         mask,
         out,
+        lse,
     };
     py.detach(|| match dtype {
         DType::F32 => call.run::<f32>(&p),
@@ -314,6 +319,8 @@ struct Call {
     v: Desc,
     mask: Option<(u64, usize)>,
     out: Desc,
+    /// The log-sum-exp's address and f32 entries, if asked.
+    lse: Option<(u64, usize)>,
 }
 
 impl Call {
@@ -327,7 +334,13 @@ impl Call {
         if let Some((ptr, len)) = self.mask {
             inputs.push(("mask", (ptr, ptr.saturating_add(len as u64))));
         }
-        check_no_overlap(&self.out, &inputs, elem)?;
+        let out = span(&self.out, elem);
+        check_no_overlap("out", out, &inputs)?;
+        if let Some((ptr, len)) = self.lse {
+            let lse = (ptr, ptr.saturating_add(4 * len as u64));
+            inputs.push(("out", out));
+            check_no_overlap("lse", lse, &inputs)?;
+        }
         match self.backend {
             Backend::Cpu => self.run_host::<T>(p),
             Backend::Cuda(_) => self.run_device::<T>(p),
@@ -339,9 +352,10 @@ impl Call {
 
     fn run_host<T: Element>(&self, p: &Problem) -> Res<()> {
         let e = engine(Backend::Cpu, self.path)?;
-        // SAFETY (all four): the Python half passes the address of element (0, 0, 0, 0) of a live
-        // array and the elements it may reach from there, and keeps the array alive for the call;
-        // the output overlaps no input (checked in `Call::run`).
+        // SAFETY (all four, and the log-sum-exp below): the Python half passes the address of
+        // element (0, 0, 0, 0) of a live array and the elements it may reach from there, and keeps
+        // the array alive for the call; the outputs overlap no input nor each other (checked in
+        // `Call::run`).
         let (q, k, v, out) = unsafe {
             (
                 host::slice::<T>("q", self.q.0, self.q.1)?,
@@ -362,13 +376,20 @@ impl Call {
             ),
             None => None,
         };
-        let x = Qkv {
+        let lse = match self.lse {
+            // SAFETY: as above.
+            Some((ptr, len)) => Some(unsafe { host::slice_mut::<f32>("lse", ptr, len)? }),
+            None => None,
+        };
+        let x = QkvCache {
             q: Tensor::new(q, layout_of(&self.q)),
-            k: Tensor::new(k, layout_of(&self.k)),
-            v: Tensor::new(v, layout_of(&self.v)),
+            kv: KvCache::Tensors {
+                k: Tensor::new(k, layout_of(&self.k)),
+                v: Tensor::new(v, layout_of(&self.v)),
+            },
             mask: mask.as_deref(),
         };
-        e.run_tensors(p, &x, TensorMut::new(out, layout_of(&self.out)))?;
+        e.run_cache(p, &x, TensorMut::new(out, layout_of(&self.out)), lse)?;
         Ok(())
     }
 
@@ -397,10 +418,15 @@ impl Call {
         // torch's primary context is the one cudarc opens. The Python half keeps every tensor
         // referenced for the call and records them on `stream` (`Tensor.record_stream`), so the
         // caching allocator reuses their memory only after the stream has run this work; the
-        // inputs are not written by this call; the output overlaps no input (checked in
-        // `Call::run`). The library checks each address against its allocation and device.
+        // inputs are not written by this call; the outputs overlap no input nor each other
+        // (checked in `Call::run`). The library checks each address against its allocation and
+        // device.
+        let out = RawDeviceOut {
+            out: raw(&self.out),
+            lse: self.lse,
+        };
         unsafe {
-            cuda.run_device_raw::<T>(self.path, self.stream, p, &x, &raw(&self.out))?;
+            cuda.run_device_raw::<T>(self.path, self.stream, p, &x, &out)?;
         }
         Ok(())
     }
@@ -436,7 +462,8 @@ fn digest(py: Python<'_>, path: &str, dtype: &str, dims: [usize; 4], t: Desc) ->
 
 /// The golden problems (`detattn::golden::cases`), as dicts: name, dims, dtype, causal, align,
 /// kv_lens, mask (per_batch, per_head) or None, scale or None, seed, amp, blank_rows_every,
-/// tensorcore, cache_features.
+/// tensorcore, lse (the digest is of the log-sum-exp), cache_features (a paged cache or a
+/// variable-length batch).
 #[pyfunction]
 fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
@@ -454,9 +481,13 @@ fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         d.set_item("amp", c.inputs.amp)?;
         d.set_item("blank_rows_every", c.inputs.blank_rows_every)?;
         d.set_item("tensorcore", c.runs_on(Path::TensorCore))?;
-        // Paged KV cache, variable-length batch or log-sum-exp: the Rust API's (`run_cache`),
-        // not this package's yet.
-        d.set_item("cache_features", c.uses_cache_features())?;
+        d.set_item("lse", c.asks_lse())?;
+        // Paged KV cache or variable-length batch: the Rust API's (`run_cache`), not this
+        // package's yet.
+        d.set_item(
+            "cache_features",
+            c.page_size.is_some() || c.seqlens.is_some(),
+        )?;
         list.append(d)?;
     }
     Ok(list)

@@ -14,7 +14,7 @@ use super::launch::{self, Launch, RawStream};
 use super::paged::{Gather, Pages};
 use super::path::{
     DevTensor, DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, GpuPath, Io, PagedIo,
-    RawDeviceQkv, RawDeviceTensor, Step,
+    RawDeviceOut, RawDeviceQkv, RawDeviceTensor, Step,
 };
 use super::timing::{self, BenchOptions, BenchResult};
 use super::varlen::key_lengths;
@@ -245,15 +245,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
             out: DevTensor::new(g.w(&mut dout, st), staged, e),
             mask: dmask.as_ref().map_or(0, |m| g.r(m, st)),
             kv_lens: g.r(&lens, st),
-            lse: match dlse.as_mut() {
-                Some(l) => DevTensor {
-                    addr: g.w(l, st),
-                    bs: (s.q_heads * s.q_len) as i64,
-                    hs: s.q_len as i64,
-                    ss: 1,
-                },
-                None => DevTensor::default(),
-            },
+            lse: lse_tensor(p, dlse.as_mut().map_or(0, |l| g.w(l, st))),
             pages: None,
         };
         let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
@@ -288,6 +280,21 @@ fn place<T: Copy>(staged: &[T], [_, h, s, d]: [usize; 4], out: TensorMut<'_, T>)
     }
 }
 
+/// Where the log-sum-exp at device address `addr` puts row `(b, h, i)`: `[B, Hq, Sq]` row-major
+/// (for a varlen batch `[Hq, total]`, the same with B = 1). Address 0: not asked.
+fn lse_tensor(p: &Problem, addr: u64) -> DevTensor {
+    if addr == 0 {
+        return DevTensor::default();
+    }
+    let s = p.shape();
+    DevTensor {
+        addr,
+        bs: (s.q_heads * s.q_len) as i64,
+        hs: s.q_len as i64,
+        ss: 1,
+    }
+}
+
 /// The operands of a device call, for `tensor::check_call` and the path's plan.
 fn device_operands<T>(x: &DeviceQkv<'_, T>, out: &DeviceTensorMut<'_, T>) -> Operands {
     let op = |len: usize, layout: Layout| Operand { len, layout };
@@ -318,7 +325,8 @@ fn prepare_device<P: GpuPath, T: Element>(
     out: &DeviceTensorMut<'_, T>,
 ) -> Result<DeviceCall<P::Plan>> {
     let ops = device_operands(x, out);
-    tensor::check_call(p, &ops, Fit::AtLeast)?;
+    let lse = out.lse.as_ref().map(|l| l.len());
+    tensor::check_cache_call(p, &ops, None, lse, Fit::AtLeast)?;
     let plan = plan(path, p, T::DTYPE, &ops)?;
     allocate_device(dev, path, stream, p, plan, x, out, 0)
 }
@@ -344,6 +352,9 @@ fn allocate_device<P: GpuPath, T: Element>(
         dev.check_context(TensorName::Mask, m.context())?;
     }
     dev.check_context(TensorName::Out, out.data.context())?;
+    if let Some(l) = &out.lse {
+        dev.check_context(TensorName::Lse, l.context())?;
+    }
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
     dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64 + extra)?;
@@ -355,15 +366,18 @@ fn allocate_device<P: GpuPath, T: Element>(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn device_io<'a, T>(
     g: &mut Guards<'a>,
     st: &'a CudaStream,
+    p: &Problem,
     x: &'a DeviceQkv<'_, T>,
     out: &'a mut DeviceTensorMut<'_, T>,
     lens: &'a CudaSlice<i32>,
     pages: Option<&'a DeviceTable>,
 ) -> Io {
     let e = std::mem::size_of::<T>();
+    let lse = out.lse.as_deref_mut().map_or(0, |l| g.w(l, st));
     Io {
         q: DevTensor::new(g.r(x.q.data, st), x.q.layout, e),
         k: DevTensor::new(g.r(x.k.data, st), x.k.layout, e),
@@ -371,7 +385,7 @@ fn device_io<'a, T>(
         out: DevTensor::new(g.w(out.data, st), out.layout, e),
         mask: x.mask.map_or(0, |m| g.r(m, st)),
         kv_lens: g.r(lens, st),
-        lse: DevTensor::default(),
+        lse: lse_tensor(p, lse),
         pages: pages.map(|t| PagedIo {
             table: g.r(&t.table, st),
             page_shift: t.page_shift,
@@ -418,7 +432,7 @@ fn run_steps<P: GpuPath, T: Element + DeviceRepr>(
     for &step in steps {
         {
             let mut g = Guards::default();
-            let io = device_io(&mut g, stream, x, &mut out, &c.lens, pages);
+            let io = device_io(&mut g, stream, p, x, &mut out, &c.lens, pages);
             let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
             let launches = path.launches(p, &c.plan, &io, &scratch, step)?;
             // SAFETY: the caller's buffers live on this device (checked) and hold what their
@@ -494,7 +508,8 @@ fn prepare_paged<'a, P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
 ) -> Result<PagedCall<'a, P::Plan, T>> {
     let paging = Paging::from(cache);
     let ops = paged_operands(&q, cache, mask, out);
-    tensor::check_cache_call(p, &ops, Some(paging), None, Fit::AtLeast)?;
+    let lse = out.lse.as_ref().map(|l| l.len());
+    tensor::check_cache_call(p, &ops, Some(paging), lse, Fit::AtLeast)?;
     match paged_route(path, p, T::DTYPE, &ops, &paging)? {
         PagedRoute::Pages(plan) => {
             let x = DeviceQkv {
@@ -519,6 +534,9 @@ fn prepare_paged<'a, P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
                 dev.check_context(TensorName::Mask, m.context())?;
             }
             dev.check_context(TensorName::Out, out.data.context())?;
+            if let Some(l) = &out.lse {
+                dev.check_context(TensorName::Lse, l.context())?;
+            }
             let g = Gathered::alloc(dev, p, cache.block_table)?;
             let c = allocate_device(dev, path, stream, p, plan, &g.qkv(q, mask), out, 0)?;
             Ok(PagedCall::Gather { g, c })
@@ -851,7 +869,7 @@ fn call_launches<'a, P: GpuPath, T>(
     out: &'a mut DeviceTensorMut<'_, T>,
     pages: Option<&'a DeviceTable>,
 ) -> Result<Vec<Launch>> {
-    let io = device_io(g, stream, x, out, &c.lens, pages);
+    let io = device_io(g, stream, p, x, out, &c.lens, pages);
     let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
     let mut launches = Vec::new();
     if c.check {
@@ -929,7 +947,7 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
         };
         let mut o = DeviceTensorMut::new(&mut out, ol);
         let mut g = Guards::default();
-        let io = device_io(&mut g, st, &x, &mut o, &lens, table.as_ref());
+        let io = device_io(&mut g, st, p, &x, &mut o, &lens, table.as_ref());
         let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
         let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
         // SAFETY: the input sets and the output were allocated for this problem's layouts
@@ -941,24 +959,26 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
 }
 
 /// Raw device tensors (bindings) on a raw stream: the same steps as [`run_device`]. What can be
-/// checked is checked first, in the crate's order: the tensors against the lengths given, the
-/// path's plan, then that every address is device memory of this GPU whose allocation holds the
-/// length given (`cuPointerGetAttribute`; [`Error::WrongDevice`], [`Error::TensorExtent`]).
+/// checked is checked first, in the crate's order: the tensors against the lengths given (the
+/// log-sum-exp's too), the path's plan, the log-sum-exp's alignment ([`Error::Misaligned`]), then
+/// that every address is device memory of this GPU whose allocation holds the length given
+/// (`cuPointerGetAttribute`; [`Error::WrongDevice`], [`Error::TensorExtent`]).
 /// Scratch is allocated on the device's own stream, which `stream` waits for; and the device's
 /// stream waits for `stream` before the scratch is freed.
 ///
 /// # Safety
 /// `stream` is a live stream of this device's primary context (0: the legacy default stream); the
 /// buffers stay allocated, and the inputs unchanged, until `stream` has run the work; the output's
-/// buffer does not overlap an input's.
+/// buffer and the log-sum-exp's overlap no input's nor each other.
 pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
     dev: &Device,
     path: &P,
     stream: RawStream,
     p: &Problem,
     x: &RawDeviceQkv,
-    out: &RawDeviceTensor,
+    outs: &RawDeviceOut,
 ) -> Result<()> {
+    let out = &outs.out;
     let op = |t: &RawDeviceTensor| Operand {
         len: t.len,
         layout: t.layout,
@@ -970,19 +990,33 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
         mask: x.mask.map(|m| m.1),
         out: op(out),
     };
-    tensor::check_call(p, &ops, Fit::AtLeast)?;
+    tensor::check_cache_call(p, &ops, None, outs.lse.map(|l| l.1), Fit::AtLeast)?;
     let plan = plan(path, p, T::DTYPE, &ops)?;
+    if let Some((ptr, _)) = outs.lse
+        && !ptr.is_multiple_of(4)
+    {
+        return Err(Error::Misaligned {
+            path: P::PATH,
+            tensor: TensorName::Lse,
+            need: "an address that is a multiple of 4 bytes (f32)",
+            what: format!("address {ptr:#x}"),
+        });
+    }
     let elem = std::mem::size_of::<T>() as u64;
+    // (tensor, address, bytes, bytes an element)
     let mut bufs = vec![
-        (TensorName::Q, x.q.ptr, x.q.len as u64 * elem),
-        (TensorName::K, x.k.ptr, x.k.len as u64 * elem),
-        (TensorName::V, x.v.ptr, x.v.len as u64 * elem),
-        (TensorName::Out, out.ptr, out.len as u64 * elem),
+        (TensorName::Q, x.q.ptr, x.q.len as u64 * elem, elem),
+        (TensorName::K, x.k.ptr, x.k.len as u64 * elem, elem),
+        (TensorName::V, x.v.ptr, x.v.len as u64 * elem, elem),
+        (TensorName::Out, out.ptr, out.len as u64 * elem, elem),
     ];
     if let Some((ptr, len)) = x.mask {
-        bufs.push((TensorName::Mask, ptr, len as u64));
+        bufs.push((TensorName::Mask, ptr, len as u64, 1));
     }
-    for (tensor, ptr, bytes) in bufs {
+    if let Some((ptr, len)) = outs.lse {
+        bufs.push((TensorName::Lse, ptr, 4 * len as u64, 4));
+    }
+    for (tensor, ptr, bytes, elem) in bufs {
         match launch::allocation_of(&dev.ctx, ptr)? {
             Some((start, size, ordinal)) if ordinal as usize == dev.ordinal => {
                 if ptr + bytes > start + size {
@@ -1022,7 +1056,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
             out: DevTensor::new(out.ptr, out.layout, e),
             mask: x.mask.map_or(0, |m| m.0),
             kv_lens: g.r(&lens, &dev.stream),
-            lse: DevTensor::default(),
+            lse: lse_tensor(p, outs.lse.map_or(0, |l| l.0)),
             pages: None,
         }
     };
@@ -1069,20 +1103,25 @@ impl super::CudaBackend {
     /// addresses (bindings: PyTorch tensors, DLPack), on a raw stream handle (`0`: the legacy
     /// default stream; PyTorch's `torch.cuda.current_stream().cuda_stream`). Beyond the checks of
     /// `run_device`, each address must be device memory of this GPU whose allocation holds the
-    /// length given ([`Error::WrongDevice`], [`Error::TensorExtent`]). Asynchronous on `stream`,
-    /// except under `Reject`, which waits for the scan. Same bits as every other entry point.
+    /// length given ([`Error::WrongDevice`], [`Error::TensorExtent`]); the log-sum-exp, when
+    /// `out` asks for it, has the length and shape of [`DeviceTensorMut::lse`] and a 4-byte
+    /// aligned address. Asynchronous on `stream`, except under `Reject`, which waits for the scan
+    /// (and then writes neither output if an input is non-finite). Same bits as every other entry
+    /// point.
     ///
     /// # Safety
     /// `stream` is 0 or a live stream of this device's primary context (the one PyTorch uses);
     /// the buffers stay allocated, and the inputs unchanged, until `stream` has run the work; the
-    /// output's buffer overlaps no input's.
+    /// output's buffer and the log-sum-exp's overlap no input's nor each other.
+    ///
+    /// [`DeviceTensorMut::lse`]: super::DeviceTensorMut::lse
     pub unsafe fn run_device_raw<T: Element>(
         &self,
         path: Path,
         stream: u64,
         p: &Problem,
         x: &RawDeviceQkv,
-        out: &RawDeviceTensor,
+        out: &RawDeviceOut,
     ) -> Result<()> {
         let st = RawStream::from_handle(stream);
         // SAFETY (both arms): the caller's contract is run_device_raw's.

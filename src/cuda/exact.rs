@@ -506,6 +506,7 @@ impl Scratch {
 
 impl GpuPath for Exact {
     type Plan = Plan;
+    const PATH: crate::Path = crate::Path::Exact;
 
     /// Never: a paged call on this path runs on the gathered rows.
     fn reads_pages(&self, _p: &Problem, _plan: &Plan) -> bool {

@@ -36,7 +36,8 @@ pub use cubins::{ARCHS, OVERRIDE_CAPABLE, TEST_CUBIN_DIR_ENV};
 pub const ARCHS_RUN: [&str; 1] = ["sm_90"];
 pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 pub use path::{
-    DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceQkv, RawDeviceTensor,
+    DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceOut, RawDeviceQkv,
+    RawDeviceTensor,
 };
 pub use tensorcore::TENSORCORE_HEAD_DIMS;
 pub use timing::{BenchOptions, BenchResult, PagedRead};

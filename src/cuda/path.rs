@@ -93,6 +93,9 @@ pub(crate) trait GpuPath {
     /// The launch plan of one problem (shape-derived, public data only).
     type Plan;
 
+    /// Which path this is (for its typed errors).
+    const PATH: crate::Path;
+
     /// Check what this path takes beyond the problem's and the tensors' own validation (in that
     /// order the entry points call them), and plan the call.
     fn plan(&self, p: &Problem, dtype: DType, ops: &Operands) -> Result<Self::Plan>;
@@ -127,13 +130,21 @@ pub struct DeviceTensor<'a, T> {
     pub layout: Layout,
 }
 
-/// The output in device memory. Only its rows are written.
+/// The output in device memory, and where each query row's log-sum-exp goes when the caller asks
+/// for it ([`with_lse`](DeviceTensorMut::with_lse)). Only the output's rows are written.
 #[derive(Debug)]
 pub struct DeviceTensorMut<'a, T> {
     /// The buffer.
     pub data: &'a mut CudaSlice<T>,
     /// Where the rows go.
     pub layout: Layout,
+    /// The log-sum-exp of each query row's scaled scores (docs/numerics.md §10), if asked: one
+    /// f32 a row, `[B, Hq, Sq]` row-major (for a variable-length problem `[Hq, total_q]`, as
+    /// FlashAttention's `softmax_lse`), exactly that many elements ([`Error::TensorLength`] for
+    /// [`TensorName::Lse`](crate::TensorName::Lse)). The bits of the host entry points' `lse`.
+    ///
+    /// [`Error::TensorLength`]: crate::Error::TensorLength
+    pub lse: Option<&'a mut CudaSlice<f32>>,
 }
 
 /// The inputs of one call in device memory: Q, K, V (any layouts) and the optional mask, one
@@ -162,9 +173,21 @@ impl<'a, T> DeviceTensor<'a, T> {
 }
 
 impl<'a, T> DeviceTensorMut<'a, T> {
-    /// A device output with this layout.
+    /// A device output with this layout, without the log-sum-exp.
     pub fn new(data: &'a mut CudaSlice<T>, layout: Layout) -> Self {
-        DeviceTensorMut { data, layout }
+        DeviceTensorMut {
+            data,
+            layout,
+            lse: None,
+        }
+    }
+
+    /// The same output, and each query row's log-sum-exp into `lse` ([`DeviceTensorMut::lse`]).
+    pub fn with_lse(self, lse: &'a mut CudaSlice<f32>) -> Self {
+        DeviceTensorMut {
+            lse: Some(lse),
+            ..self
+        }
     }
 }
 
@@ -211,4 +234,22 @@ pub struct RawDeviceQkv {
     pub v: RawDeviceTensor,
     /// The mask's address and length in bytes, if the problem declares one.
     pub mask: Option<(u64, usize)>,
+}
+
+/// The outputs of one call as raw device tensors: the output, and where each query row's
+/// log-sum-exp goes if asked, as (address, entries), one f32 each, in the shape and order of
+/// [`DeviceTensorMut::lse`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawDeviceOut {
+    /// The output.
+    pub out: RawDeviceTensor,
+    /// The log-sum-exp's address and length in f32 entries, if asked.
+    pub lse: Option<(u64, usize)>,
+}
+
+impl From<RawDeviceTensor> for RawDeviceOut {
+    /// The output alone, without the log-sum-exp.
+    fn from(out: RawDeviceTensor) -> Self {
+        RawDeviceOut { out, lse: None }
+    }
 }

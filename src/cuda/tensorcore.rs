@@ -511,6 +511,7 @@ struct Scratch {
 
 impl GpuPath for TensorCore {
     type Plan = Plan;
+    const PATH: Path = Path::TensorCore;
 
     fn plan(&self, p: &Problem, dtype: DType, ops: &Operands) -> Result<Plan> {
         let mut plan = validate(p, dtype, Some(ops))?;

@@ -120,6 +120,7 @@ impl<Pl> Packed<Pl> {
 
 impl<P: GpuPath> GpuPath for Sequences<'_, P> {
     type Plan = Plan<P::Plan>;
+    const PATH: crate::Path = P::PATH;
 
     fn plan(&self, p: &Problem, dtype: DType, ops: &Operands) -> Result<Self::Plan> {
         if p.varlen().is_none() {

@@ -1824,7 +1824,10 @@ __device__ __forceinline__ void dec_values_narrow(const DecParams& P, const DecH
     constexpr int DR = RPW == 4 ? 2 : 4;
     static_assert(DS == 8 && Sh::VK == 2 * TILE && NG == 32 && Sh::NT == 96 && Sh::CT == 32,
                   "a chain warp of 4 rows x 8 columns, 32 groups a stage, a widening and a copying warp");
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // The warp index through a shuffle: ptxas then knows it uniform in a warp, so the branches on
+    // the role below need no reconvergence blocks (bf16: BSSY 110 -> 68; dec_values at dec1 -4 %,
+    // docs/perf.md).
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xFFFFFFFFu, tid >> 5, 0);
     const bool chain = warp == 0, widener = warp == 1, copier = warp == 2;  // public
     const int R = P.R;
     const int ntile = P.xpad / TILE;

@@ -4,7 +4,8 @@
 //!   same GPU path (D2 generalised) — mixed decode and prefill, empty sequences (no rows, no keys),
 //!   GQA/MQA, both causal alignments, either non-finite policy with non-finite values planted, a
 //!   sequence past the TensorCore key chunk (2048 keys) — through the host entry point and the
-//!   device entry point on packed `[total, H, D]` buffers; on `Exact` also the CPU's bits (D6);
+//!   device and raw-address entry points on packed `[total, H, D]` buffers; on `Exact` also the
+//!   CPU's bits (D6);
 //! - a paged cache (shuffled pages, every page size, unused rows NaN) gives the contiguous bits,
 //!   varlen or not, through the host entry point and the device entry point of paged caches
 //!   (`run_device_paged`, which gathers the used rows on the GPU); a bad block table is the host's
@@ -178,13 +179,31 @@ fn device_and_raw<T: Element + DeviceRepr>(
         st.clone_dtoh(&dout).expect("download"),
         st.clone_dtoh(&dlse).expect("download"),
     );
-    let mut rout = up(&vec![T::from_bits_u32(0x5EED); s.q_elems()]);
+    let raw = raw_entry(e, p, &x, ol, s.q_elems())?;
+    Ok([dev, raw])
+}
+
+/// `p` through `run_device_raw` (the binding's entry point: raw addresses, here on the device's
+/// stream) on the device inputs `x`, the output `out_len` elements in `ol`, with the log-sum-exp:
+/// (output, log-sum-exp).
+fn raw_entry<T: Element + DeviceRepr>(
+    e: &Engine,
+    p: &Problem,
+    x: &DeviceQkv<'_, T>,
+    ol: Layout,
+    out_len: usize,
+) -> Result<(Vec<T>, Vec<f32>), Error> {
+    let cb = e.cuda().expect("a CUDA engine");
+    let st = cb.stream();
+    let mut rout = st
+        .clone_htod(&vec![T::from_bits_u32(0x5EED); out_len])
+        .expect("upload");
     let mut rlse = poisoned_lse(&st, p);
     {
-        let (pq, _gq) = dq.device_ptr(&st);
-        let (pk, _gk) = dk.device_ptr(&st);
-        let (pv, _gv) = dv.device_ptr(&st);
-        let pm = dm.as_ref().map(|m| (m.device_ptr(&st), m.len()));
+        let (pq, _gq) = x.q.data.device_ptr(&st);
+        let (pk, _gk) = x.k.data.device_ptr(&st);
+        let (pv, _gv) = x.v.data.device_ptr(&st);
+        let pm = x.mask.map(|m| (m.device_ptr(&st), m.len()));
         let (po, _go) = rout.device_ptr_mut(&st);
         let nl = rlse.len();
         let (pl, _gl) = rlse.device_ptr_mut(&st);
@@ -202,7 +221,7 @@ fn device_and_raw<T: Element + DeviceRepr>(
         let ro = RawDeviceOut {
             out: RawDeviceTensor {
                 ptr: po,
-                len: s.q_elems(),
+                len: out_len,
                 layout: ol,
             },
             lse: Some((pl, nl)),
@@ -213,11 +232,10 @@ fn device_and_raw<T: Element + DeviceRepr>(
         // their own.
         unsafe { cb.run_device_raw::<T>(e.path(), raw_stream(&st), p, &rx, &ro)? };
     }
-    let raw = (
+    Ok((
         st.clone_dtoh(&rout).expect("download"),
         st.clone_dtoh(&rlse).expect("download"),
-    );
-    Ok([dev, raw])
+    ))
 }
 
 /// The raw `CUstream` handle of `st`.
@@ -322,6 +340,19 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
         bits(&st.clone_dtoh(&dlse).expect("download")),
         bits(&lse),
         "{what}: device entry's lse != host entry's {p:?}"
+    );
+    // The raw-address entry point (the Python package's) on the same packed buffers.
+    let (raw, raw_lse) =
+        raw_entry(e, p, &dev, lq, q.len()).unwrap_or_else(|err| panic!("{what} raw {p:?}: {err}"));
+    assert_eq!(
+        bits(&gather(&raw, qd, lq)),
+        bits(&out),
+        "{what}: raw device entry != host entry {p:?}"
+    );
+    assert_eq!(
+        bits(&raw_lse),
+        bits(&lse),
+        "{what}: raw device entry's lse != host entry's {p:?}"
     );
     // Paged (half the time): the contiguous bits.
     if seed % 2 == 1 {

@@ -34,24 +34,6 @@ pub struct CudaBackend {
     tc: OnceLock<Result<TensorCore>>,
 }
 
-/// Run `$body` with `$p` bound to the path module of `$path`, wrapped so that it also takes
-/// variable-length problems (`varlen.rs`): the one place a path is picked (a new path is one more
-/// arm here).
-macro_rules! with_path {
-    ($self:ident, $path:expr, |$p:ident| $body:expr) => {
-        match $path {
-            Path::Exact => {
-                let $p = &Sequences(&$self.exact);
-                $body
-            }
-            Path::TensorCore => {
-                let $p = &Sequences($self.tensorcore()?);
-                $body
-            }
-        }
-    };
-}
-
 /// Run `$body` with `$t` the element type of `$dtype`.
 macro_rules! with_dtype {
     ($dtype:expr, $t:ident => $body:expr) => {

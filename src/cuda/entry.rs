@@ -17,7 +17,7 @@ use super::path::{
     RawDeviceOut, RawDeviceQkv, RawDeviceTensor, Step,
 };
 use super::timing::{self, BenchOptions, BenchResult};
-use super::varlen::key_lengths;
+use super::varlen::{Sequences, key_lengths};
 use crate::dtype::Element;
 use crate::error::{Error, Result, TensorName};
 use crate::path::Path;
@@ -1124,13 +1124,11 @@ impl super::CudaBackend {
         out: &RawDeviceOut,
     ) -> Result<()> {
         let st = RawStream::from_handle(stream);
-        // SAFETY (both arms): the caller's contract is run_device_raw's.
-        match path {
-            Path::Exact => unsafe { run_device_raw::<_, T>(&self.dev, &self.exact, st, p, x, out) },
-            Path::TensorCore => {
-                let tc = self.tensorcore()?;
-                unsafe { run_device_raw::<_, T>(&self.dev, tc, st, p, x, out) }
-            }
-        }
+        // The path as every entry point picks it (with `Sequences`, so that a variable-length
+        // problem runs each sequence as itself).
+        with_path!(self, path, |m| {
+            // SAFETY: the caller's contract is run_device_raw's.
+            unsafe { run_device_raw::<_, T>(&self.dev, m, st, p, x, out) }
+        })
     }
 }

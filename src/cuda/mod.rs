@@ -15,6 +15,25 @@
 //! opened device and its public entry points), `launch` (the FFI edge), `cubins`, `timing`,
 //! `guards`.
 
+/// Run `$body` with `$p` bound to the path module of `$path`, wrapped so that it also takes
+/// variable-length problems (`varlen.rs`): the one place a path is picked, for every entry point
+/// (`backend.rs`, and the raw-address one in `entry.rs`; a new path is one more arm here). The
+/// call site has `Path` and `varlen::Sequences` in scope.
+macro_rules! with_path {
+    ($self:ident, $path:expr, |$p:ident| $body:expr) => {
+        match $path {
+            Path::Exact => {
+                let $p = &Sequences(&$self.exact);
+                $body
+            }
+            Path::TensorCore => {
+                let $p = &Sequences($self.tensorcore()?);
+                $body
+            }
+        }
+    };
+}
+
 mod backend;
 mod cubins;
 mod entry;

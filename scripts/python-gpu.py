@@ -20,6 +20,7 @@ Checks (docs/python.md says what each stands for):
   dropin      detattn.scaled_dot_product_attention vs F.scaled_dot_product_attention and a float64
               reference, within docs/numerics.md §9's bound (tensorcore: docs/tensorcore.md's)
   threads     8 Python threads, each on its own stream: the same bits as one call
+  varlen      attention_varlen on torch CUDA tensors: each sequence the bits it gets alone
   lse         return_lse=True on torch CUDA tensors: on exact the CPU's log-sum-exp bits, on
               tensorcore within 1e-4·max(1, |lse|) of them (the same −inf rows); the output unmoved
   hf          Transformers: a random Llama-style model with attn_implementation="detattn": prefill and
@@ -132,8 +133,8 @@ def selftest(args):
     routes = {r["backend"]: r["route"] for r in report.reports}
     # The library's own host route on the GPU (generator, upload, kernel: `detattn selftest`'s
     # code path) must give the same digest as the package's torch route, for every case the
-    # package takes (not the paged and varlen ones: `cache_features`).
-    cases = [c for c in detattn._native.golden_cases() if not c["cache_features"]]
+    # package takes (not the paged ones; varlen through attention_varlen).
+    cases = [c for c in detattn._native.golden_cases() if not c["paged"]]
     diffs = []
     py_digests = {}
     for path in ("exact", "tensorcore"):
@@ -453,6 +454,49 @@ def lse(args):
 
 
 @check
+def varlen(args):
+    """`attention_varlen` on torch CUDA tensors (packed [total, H, D], int32 CUDA offsets as
+    FlashAttention takes them): each sequence's rows and log-sum-exp equal that sequence run
+    alone through `attention` on the GPU, bit for bit, both paths; on "exact" also the CPU's."""
+    rng = np.random.default_rng(9)
+    cases = [
+        # (Hq, Hkv, D), query lengths, key lengths, dtype, causal
+        ((8, 2, 128), [1, 1, 300, 0, 1], [4500, 70, 300, 12, 0], "bf16", True),  # decode + prefill
+        ((4, 4, 64), [33, 1, 7], [33, 2100, 64], "f16", False),
+    ]
+    bad, lines = [], []
+    for (hq, hkv, d), lq, lk, tag, causal in cases:
+        tq, tk = sum(lq), sum(lk)
+        mk = lambda s_, h: torch.from_numpy(rng.uniform(-1.5, 1.5, (s_, h, d)).astype(np.float32)).to(  # noqa: E731
+            TORCH_DTYPES[tag]
+        )
+        host = [mk(tq, hq), mk(tk, hkv), mk(tk, hkv)]
+        dev = [t.to(DEV) for t in host]
+        cq = torch.tensor([0, *np.cumsum(lq).tolist()], dtype=torch.int32, device=DEV)
+        ck = torch.tensor([0, *np.cumsum(lk).tolist()], dtype=torch.int32, device=DEV)
+        for path in ("exact", "tensorcore"):
+            o, l = detattn.attention_varlen(*dev, cq, ck, causal=causal, path=path, return_lse=True)
+            ok, n = True, 0
+            for b in range(len(lq)):
+                r0, r1, k0, k1 = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
+                if r1 == r0 or k1 == k0:
+                    continue
+                o1, l1 = detattn.attention(
+                    dev[0][None, r0:r1], dev[1][None, k0:k1], dev[2][None, k0:k1], layout="bshd",
+                    causal=causal, path=path, return_lse=True,
+                )
+                ok = ok and bits(o[r0:r1]) == bits(o1[0]) and bits(l[:, r0:r1]) == bits(l1[0])
+                n += 1
+            if path == "exact":
+                hc, hl = detattn.attention_varlen(*host, cq.cpu(), ck.cpu(), causal=causal, return_lse=True)
+                ok = ok and bits(o) == bits(hc) and bits(l) == bits(hl)
+            lines.append(f"{path} {tag} {len(lq)} sequences: {'ok' if ok else 'BAD'} ({n} alone)")
+            if not ok:
+                bad.append(lines[-1])
+    record("varlen", not bad, "; ".join(lines))
+
+
+@check
 def hf(args):
     import transformers
     from transformers import AttentionInterface, AutoModelForCausalLM, LlamaConfig
@@ -586,7 +630,7 @@ def hf(args):
            f"{sum(r['outputs_equal'] for r in drows)}; generated tokens equal {same_tokens}", drows)
 
 
-CHECKS = [env, selftest, cli, nocopy, stream, dropin, threads, lse, hf]
+CHECKS = [env, selftest, cli, nocopy, stream, dropin, threads, lse, varlen, hf]
 
 
 def main():

@@ -119,14 +119,15 @@ def _mask(m, aq: Arr, dims):
     return (am.ptr, bm * hm * sq * skv), (per_batch, per_head), am
 
 
-def _kv_lens(kv_lens):
+def _kv_lens(kv_lens, name="kv_lens"):
     if kv_lens is None:
         return None
+    # (A CUDA tensor's tolist() copies it to the host: lengths are public, and needed there.)
     vals = kv_lens.tolist() if hasattr(kv_lens, "tolist") else list(kv_lens)
     out = []
     for x in vals:
         if isinstance(x, bool) or int(x) != x or x < 0:
-            raise ValueError(f"kv_lens must be non-negative integers, got {vals}")
+            raise ValueError(f"{name} must be non-negative integers, got {vals}")
         out.append(int(x))
     return out
 
@@ -187,7 +188,95 @@ def attention(
     )
 
 
-def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, nonfinite, out, return_lse=False):
+def attention_varlen(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    *,
+    causal=False,
+    scale=None,
+    path="exact",
+    nonfinite="reject",
+    out=None,
+    causal_align="bottom-right",
+    return_lse=False,
+):
+    """Attention over a variable-length (packed) batch, as FlashAttention's
+    ``flash_attn_varlen_func``: ``q`` is ``[total_q, Hq, D]``, ``k`` and ``v`` ``[total_k, Hkv,
+    D]``; sequence ``b`` owns query rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and keys
+    ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]`` (both start at 0 and end at the totals; a sequence may
+    have no rows or no keys). Each sequence's rows get the bits that sequence gets alone
+    (:func:`attention` on it with batch 1), whatever the other sequences — decode rows beside
+    prefills (continuous batching). ``causal`` applies per sequence, in ``causal_align``
+    (bottom-right by default: a sequence's last row sees all its keys). The offsets may be lists,
+    NumPy arrays or torch tensors (a CUDA tensor is copied to the host: offsets are public).
+
+    Returns ``[total_q, Hq, D]`` (or ``out``), and with ``return_lse=True`` also the float32
+    log-sum-exp ``[Hq, total_q]`` (FlashAttention's varlen ``softmax_lse`` layout). The other
+    options, devices, streams and errors are :func:`attention`'s; ``kv_lens`` and masks do not
+    combine with a packed batch (the offsets say where each sequence ends).
+    """
+    aq, ak, av = wrap(q, "q"), wrap(k, "k"), wrap(v, "v")
+    for name, a in (("q", aq), ("k", ak), ("v", av)):
+        if len(a.shape) != 3:
+            raise ValueError(f"{name} must be 3-D [total, H, D] (a packed batch), got shape {a.shape}")
+    cu_q = _kv_lens(cu_seqlens_q, "cu_seqlens_q")
+    cu_k = _kv_lens(cu_seqlens_k, "cu_seqlens_k")
+    if cu_q is None or cu_k is None:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k are required")
+    ao = None
+    if out is not None:
+        ao = wrap(out, "out")
+        want = (aq.shape[0], aq.shape[1], aq.shape[2])
+        if ao.shape != want:
+            raise ValueError(f"out must have shape {want} ([total_q, Hq, D]), got {ao.shape}")
+        ao = _batch_of_one(ao)
+    res = _run(
+        _batch_of_one(aq),
+        _batch_of_one(ak),
+        _batch_of_one(av),
+        causal,
+        causal_align,
+        scale,
+        None,
+        None,
+        "bshd",
+        path,
+        nonfinite,
+        ao,
+        return_lse,
+        varlen=(cu_q, cu_k),
+    )
+    o, lse = res if return_lse else (res, None)
+    # A new result is [1, total_q, Hq, D]: its batch element; a given `out` is the caller's own.
+    o = out if out is not None else o[0]
+    return (o, lse[0]) if return_lse else o
+
+
+def _batch_of_one(a: Arr) -> Arr:
+    """``a`` ([total, H, D]) seen as [1, total, H, D]: the packed batch element of a varlen
+    problem (the same memory)."""
+    return Arr(a.kind, a.obj, a.ptr, (1, *a.shape), (0, *a.strides), a.dtype, a.device, a.keep)
+
+
+def _run(
+    aq,
+    ak,
+    av,
+    causal,
+    align,
+    scale,
+    attn_mask,
+    kv_lens,
+    layout,
+    path,
+    nonfinite,
+    out,
+    return_lse=False,
+    varlen=None,
+):
     if aq.dtype not in _FLOATS:
         raise ValueError(f"q has dtype {_dtype_name(aq.dtype)}; detattn takes float32, float16 and bfloat16")
     for name, a in (("k", ak), ("v", av)):
@@ -213,7 +302,7 @@ def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, non
         ao.dtype = aq.dtype  # the same dtype as q (a raw bf16 buffer stays bf16)
     else:
         result = out
-        ao = wrap(out, "out")
+        ao = wrap(out, "out")  # (an Arr stays itself: attention_varlen's view of its `out`)
         if ao.shape != oshape:
             raise ValueError(f"out must have shape {oshape} (layout {layout!r}), got {ao.shape}")
         if ao.dtype != aq.dtype or ao.device != aq.device:
@@ -239,6 +328,7 @@ def _run(aq, ak, av, causal, align, scale, attn_mask, kv_lens, layout, path, non
         "kv_lens": _kv_lens(kv_lens),
         "mask": mask_layout,
         "nonfinite": nonfinite,
+        "varlen": varlen,
     }
     args = [path, aq.dtype, 0, problem, _desc(aq, qs), _desc(ak, ks), _desc(av, vs), mask, _desc(ao, os_)]
     args.append(None if al is None else (al.ptr, b * hq * sq))

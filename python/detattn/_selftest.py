@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from . import _native
-from ._arrays import host_raw, wrap
-from ._core import _call, _run
+from ._arrays import Arr, host_raw, wrap
+from ._core import _call, _run, attention_varlen
 from .inputs import generate
 
 
@@ -125,34 +125,60 @@ def _run_case(case, path, device, torch):
 
         q, k, v = (dev(x[n]) for n in ("q", "k", "v"))
         mask = None if x["mask"] is None else torch.from_numpy(x["mask"]).to(device)
-    out = _run(
-        q,
-        k,
-        v,
-        case["causal"],
-        case["align"],
-        case["scale"],
-        mask,
-        case["kv_lens"],
-        "bhsd",
-        path,
-        "reject",
-        None,
-        case["lse"],
-    )
+    if case["seqlens"]:
+        # A packed batch: the [1, H, total, D] inputs seen as [total, H, D] (no copy), through
+        # attention_varlen; its [total, Hq, D] output seen as [1, Hq, total, D] for the digest.
+        cu = [[0, *np.cumsum(lens).tolist()] for lens in case["seqlens"]]
+        out = attention_varlen(
+            *(_packed(a) for a in (q, k, v)),
+            cu[0],
+            cu[1],
+            causal=case["causal"],
+            causal_align=case["align"],
+            scale=case["scale"],
+            path=path,
+            return_lse=case["lse"],
+        )
+        if not case["lse"]:
+            out = out[None].permute(0, 2, 1, 3) if device != "cpu" else out[None].transpose(0, 2, 1, 3)
+        else:
+            out = (None, out[1][None])
+    else:
+        out = _run(
+            q,
+            k,
+            v,
+            case["causal"],
+            case["align"],
+            case["scale"],
+            mask,
+            case["kv_lens"],
+            "bhsd",
+            path,
+            "reject",
+            None,
+            case["lse"],
+        )
     b, hq, _, sq, _, d = case["dims"]
     if case["lse"]:
         # The case's digest is of the log-sum-exp, as the f32 tensor [B, Hq, Sq, 1].
         out, tag, d = out[1], "f32", 1
         out = out.reshape(b, hq, sq, 1)
     if device != "cpu":
-        out = out.cpu()
+        out = out.contiguous().cpu()
         if tag == "bf16":
             out = out.view(torch.int16).numpy()
         else:
             out = out.numpy()
     o = host_raw(out, tag)
     return _call(_native.digest, path, tag, [b, hq, sq, d], (o.ptr, o.extent(), *o.strides[:3]))
+
+
+def _packed(a):
+    """A contiguous ``[1, H, S, D]`` array's descriptor seen as ``[S, H, D]`` (the same memory)."""
+    _, h, s, d = a.shape
+    _, sh, ss, sd = a.strides
+    return Arr(a.kind, a.obj, a.ptr, (s, h, d), (ss, sh, sd), a.dtype, a.device, a.keep)
 
 
 def _torch_for_gpus():
@@ -183,7 +209,8 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
         raise ValueError(f"unknown backend {backend!r}: expected all, cpu, cuda or cuda:N")
     if backend in ("all", "cpu"):
         desc, _ = _call(_native.open_engine, "cpu", "exact")
-        targets.append(("cpu", "exact", "cpu", desc, "any", "NumPy arrays through detattn.attention"))
+        route = "NumPy arrays through detattn.attention (varlen: attention_varlen)"
+        targets.append(("cpu", "exact", "cpu", desc, "any", route))
     if backend != "cpu":
         probe = _call(_native.probe)
         want = None if backend in ("all", "cuda") else int(backend.split(":")[1])
@@ -224,7 +251,7 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
                 opened = True
                 use_torch = torch is not None and n < torch.cuda.device_count()
                 route = (
-                    "torch CUDA tensors through detattn.attention, on the current stream"
+                    "torch CUDA tensors through detattn.attention (varlen: attention_varlen), on the current stream"
                     if use_torch
                     else "the library's host route (no CUDA-enabled torch installed)"
                 )
@@ -252,9 +279,9 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
         header.append(f"  {label:<9} {desc}  against {against}")
         digests = dict(golden["digests"]) if golden else {}
         results = []
-        # Paged caches and varlen batches are the Rust API's (`detattn selftest` checks them);
-        # this package does not take them yet.
-        mine = [c for c in cases if (path == "exact" or c["tensorcore"]) and not c["cache_features"]]
+        # Paged caches are the Rust API's (`detattn selftest` checks them); this package does not
+        # take them yet. Varlen batches run through attention_varlen.
+        mine = [c for c in cases if (path == "exact" or c["tensorcore"]) and not c["paged"]]
         for i, c in enumerate(mine):
             t0 = time.perf_counter()
             try:
@@ -289,11 +316,11 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
                     file=out,
                 )
         reports.append({"backend": label, "description": desc, "route": route, "cases": results})
-    skipped = sum(1 for c in cases if c["cache_features"])
+    skipped = sum(1 for c in cases if c["paged"])
     if skipped:
         notes.append(
-            f"{skipped} problems (paged KV cache, variable-length batch) are not checked: this "
-            "package does not take them yet (`detattn selftest` checks them)"
+            f"{skipped} problems (paged KV cache) are not checked: this package does not take "
+            "them yet (`detattn selftest` checks them)"
         )
     for n in notes:
         header.append(f"  note: {n}")
@@ -301,5 +328,5 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
         header.append(f"  FAILURE: {f}")
     bad = any(c["status"] in ("mismatch", "error") for r in reports for c in r["cases"])
     ok = not bad and not failures and bool(reports)
-    checked = sum(1 for c in cases if not c["cache_features"])
+    checked = sum(1 for c in cases if not c["paged"])
     return SelftestReport(ok, header, reports, notes, failures, gpus_checked, checked)

@@ -216,6 +216,9 @@ struct ProblemArgs {
     mask: Option<(bool, bool)>,
     /// "reject" or "propagate".
     nonfinite: String,
+    /// (cu_seqlens_q, cu_seqlens_k) of a variable-length batch (dims then `(1, Hq, Hkv,
+    /// total_q, total_k, D)`), if it is one.
+    varlen: Option<(Vec<usize>, Vec<usize>)>,
 }
 
 fn problem(a: &ProblemArgs) -> Res<Problem> {
@@ -255,6 +258,9 @@ fn problem(a: &ProblemArgs) -> Res<Problem> {
             per_batch,
             per_head,
         });
+    }
+    if let Some((q, k)) = &a.varlen {
+        pb = pb.varlen(q.clone(), k.clone());
     }
     Ok(pb.build()?)
 }
@@ -462,8 +468,9 @@ fn digest(py: Python<'_>, path: &str, dtype: &str, dims: [usize; 4], t: Desc) ->
 
 /// The golden problems (`detattn::golden::cases`), as dicts: name, dims, dtype, causal, align,
 /// kv_lens, mask (per_batch, per_head) or None, scale or None, seed, amp, blank_rows_every,
-/// tensorcore, lse (the digest is of the log-sum-exp), cache_features (a paged cache or a
-/// variable-length batch).
+/// tensorcore, lse (the digest is of the log-sum-exp), seqlens (the sequences' query and key
+/// lengths of a variable-length batch, or None), paged (K and V in a paged cache),
+/// cache_features (a paged cache or a variable-length batch).
 #[pyfunction]
 fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
@@ -482,6 +489,8 @@ fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         d.set_item("blank_rows_every", c.inputs.blank_rows_every)?;
         d.set_item("tensorcore", c.runs_on(Path::TensorCore))?;
         d.set_item("lse", c.asks_lse())?;
+        d.set_item("seqlens", c.seqlens.map(|(q, k)| (q.to_vec(), k.to_vec())))?;
+        d.set_item("paged", c.page_size.is_some())?;
         // Paged KV cache or variable-length batch: the Rust API's (`run_cache`), not this
         // package's yet.
         d.set_item(

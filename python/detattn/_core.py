@@ -222,6 +222,11 @@ def attention_varlen(
     for name, a in (("q", aq), ("k", ak), ("v", av)):
         if len(a.shape) != 3:
             raise ValueError(f"{name} must be 3-D [total, H, D] (a packed batch), got shape {a.shape}")
+    # (Checked here too, so that the messages name the 3-D shapes the caller passed.)
+    if ak.shape != av.shape:
+        raise ValueError(f"k and v must have the same shape, got {ak.shape} and {av.shape}")
+    if ak.shape[2] != aq.shape[2]:
+        raise ValueError(f"q and k must have the same head_dim: q {aq.shape}, k {ak.shape}")
     cu_q = _kv_lens(cu_seqlens_q, "cu_seqlens_q")
     cu_k = _kv_lens(cu_seqlens_k, "cu_seqlens_k")
     if cu_q is None or cu_k is None:

@@ -83,5 +83,9 @@ def test_bad_offsets_and_shapes_are_errors():
         detattn.attention_varlen(q, k, v, [0, 4.5, 9], [0, 10, 30])
     with pytest.raises(ValueError, match="3-D"):
         detattn.attention_varlen(q[None], k, v, [0, 9], [0, 30])
+    with pytest.raises(ValueError, match=r"same head_dim: q \(9, 2, 16\), k \(30, 2, 8\)"):
+        detattn.attention_varlen(q, k[..., :8], v[..., :8], [0, 9], [0, 30])
+    with pytest.raises(ValueError, match="k and v must have the same shape"):
+        detattn.attention_varlen(q, k, v[:20], [0, 9], [0, 30])
     with pytest.raises(ValueError, match="out must have shape"):
         detattn.attention_varlen(q, k, v, [0, 9], [0, 30], out=np.empty((9, 2, 15), np.float32))

@@ -331,6 +331,28 @@ fn prepare_device<P: GpuPath, T: Element>(
     allocate_device(dev, path, stream, p, plan, x, out, 0)
 }
 
+/// The stream and every buffer of a call (inputs, mask, output, log-sum-exp) belong to this
+/// device ([`Error::WrongDevice`], in that order).
+fn check_devices<T>(
+    dev: &Device,
+    stream: &CudaStream,
+    x: &DeviceQkv<'_, T>,
+    out: &DeviceTensorMut<'_, T>,
+) -> Result<()> {
+    dev.check_stream(stream)?;
+    dev.check_context(TensorName::Q, x.q.data.context())?;
+    dev.check_context(TensorName::K, x.k.data.context())?;
+    dev.check_context(TensorName::V, x.v.data.context())?;
+    if let Some(m) = x.mask {
+        dev.check_context(TensorName::Mask, m.context())?;
+    }
+    dev.check_context(TensorName::Out, out.data.context())?;
+    if let Some(l) = &out.lse {
+        dev.check_context(TensorName::Lse, l.context())?;
+    }
+    Ok(())
+}
+
 /// The checks of a planned device call that follow the plan (stream and buffers on this device,
 /// device memory for the scratch, the key lengths and `extra` bytes more), then its allocations.
 #[allow(clippy::too_many_arguments)]
@@ -344,17 +366,7 @@ fn allocate_device<P: GpuPath, T: Element>(
     out: &DeviceTensorMut<'_, T>,
     extra: u64,
 ) -> Result<DeviceCall<P::Plan>> {
-    dev.check_stream(stream)?;
-    dev.check_context(TensorName::Q, x.q.data.context())?;
-    dev.check_context(TensorName::K, x.k.data.context())?;
-    dev.check_context(TensorName::V, x.v.data.context())?;
-    if let Some(m) = x.mask {
-        dev.check_context(TensorName::Mask, m.context())?;
-    }
-    dev.check_context(TensorName::Out, out.data.context())?;
-    if let Some(l) = &out.lse {
-        dev.check_context(TensorName::Lse, l.context())?;
-    }
+    check_devices(dev, stream, x, out)?;
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
     dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64 + extra)?;
@@ -510,14 +522,15 @@ fn prepare_paged<'a, P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
     let ops = paged_operands(&q, cache, mask, out);
     let lse = out.lse.as_ref().map(|l| l.len());
     tensor::check_cache_call(p, &ops, Some(paging), lse, Fit::AtLeast)?;
+    // The pages as the call's K and V.
+    let x = DeviceQkv {
+        q,
+        k: cache.k,
+        v: cache.v,
+        mask,
+    };
     match paged_route(path, p, T::DTYPE, &ops, &paging)? {
         PagedRoute::Pages(plan) => {
-            let x = DeviceQkv {
-                q,
-                k: cache.k,
-                v: cache.v,
-                mask,
-            };
             let table_bytes = 4 * cache.block_table.len() as u64;
             let c = allocate_device(dev, path, stream, p, plan, &x, out, table_bytes)?;
             let table = DeviceTable::upload(dev, &paging, table_bytes)?;
@@ -526,17 +539,7 @@ fn prepare_paged<'a, P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
         PagedRoute::Gather(plan) => {
             // The devices before the gather's memory (the call's own checks then repeat them for
             // the gathered tensors).
-            dev.check_stream(stream)?;
-            dev.check_context(TensorName::Q, q.data.context())?;
-            dev.check_context(TensorName::K, cache.k.data.context())?;
-            dev.check_context(TensorName::V, cache.v.data.context())?;
-            if let Some(m) = mask {
-                dev.check_context(TensorName::Mask, m.context())?;
-            }
-            dev.check_context(TensorName::Out, out.data.context())?;
-            if let Some(l) = &out.lse {
-                dev.check_context(TensorName::Lse, l.context())?;
-            }
+            check_devices(dev, stream, &x, out)?;
             let g = Gathered::alloc(dev, p, cache.block_table)?;
             let c = allocate_device(dev, path, stream, p, plan, &g.qkv(q, mask), out, 0)?;
             Ok(PagedCall::Gather { g, c })

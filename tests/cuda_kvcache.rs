@@ -27,7 +27,7 @@ mod gpu_common;
 mod kvcache_common;
 mod layout_common;
 
-use cudarc::driver::{DevicePtr, DevicePtrMut};
+use cudarc::driver::{DevicePtr, DevicePtrMut, SyncOnDrop};
 use detattn::cuda::{
     CudaSlice, CudaStream, DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut,
     PagedRead, RawDeviceOut, RawDeviceQkv, RawDeviceTensor, ValidAsZeroBits,
@@ -96,10 +96,7 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
     let ql = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
     let up = |t: &[T]| st.clone_htod(t).expect("upload");
     let (dq, dk, dv) = (up(q), up(&c.k), up(&c.v));
-    let dm = mask.map(|m| {
-        st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
-            .expect("upload")
-    });
+    let dm = upload_mask(&st, mask);
     let cache = DevicePagedKv {
         k: DeviceTensor::new(&dk, c.layout),
         v: DeviceTensor::new(&dv, c.layout),
@@ -109,7 +106,7 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
         max_pages: c.max_pages,
     };
     let mut dout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
-    let mut dlse = lse.then(|| poisoned_lse(&st, p));
+    let mut dlse = lse.then(|| poisoned_lse(&st, lse_len(p)));
     let mut out = DeviceTensorMut::new(&mut dout, ql);
     if let Some(l) = dlse.as_mut() {
         out = out.with_lse(l);
@@ -129,15 +126,51 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
     ))
 }
 
-/// A device buffer for `p`'s log-sum-exp, filled with a pattern no result has (an f32 NaN other
-/// than the canonical one), so that an entry left unwritten shows.
-fn poisoned_lse(st: &Arc<CudaStream>, p: &Problem) -> CudaSlice<f32> {
+/// A device buffer of `len` log-sum-exp entries (`lse_len`: one per query row of a problem),
+/// filled with a pattern no result has (an f32 NaN other than the canonical one), so that an
+/// entry left unwritten shows.
+fn poisoned_lse(st: &Arc<CudaStream>, len: usize) -> CudaSlice<f32> {
+    st.clone_htod(&vec![f32::from_bits(LSE_POISON); len])
+        .expect("upload")
+}
+
+/// Entries of `p`'s log-sum-exp: one per query row.
+fn lse_len(p: &Problem) -> usize {
     let s = p.shape();
-    st.clone_htod(&vec![
-        f32::from_bits(LSE_POISON);
-        s.batch * s.q_heads * s.q_len
-    ])
-    .expect("upload")
+    s.batch * s.q_heads * s.q_len
+}
+
+/// The mask as the device entry points take it: one byte per entry.
+fn upload_mask(st: &Arc<CudaStream>, mask: Option<&[bool]>) -> Option<CudaSlice<u8>> {
+    mask.map(|m| {
+        st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
+            .expect("upload")
+    })
+}
+
+/// `x` as raw device tensors (what a binding passes `run_device_raw`), and the cudarc guards that
+/// order the buffers' use on `st`: keep them until the call is enqueued.
+fn raw_inputs<'a, T>(
+    x: &'a DeviceQkv<'_, T>,
+    st: &'a CudaStream,
+) -> (RawDeviceQkv, Vec<SyncOnDrop<'a>>) {
+    let mut guards = Vec::new();
+    let mut raw = |t: &'a DeviceTensor<'_, T>| {
+        let (ptr, g) = t.data.device_ptr(st);
+        guards.push(g);
+        RawDeviceTensor {
+            ptr,
+            len: t.data.len(),
+            layout: t.layout,
+        }
+    };
+    let (q, k, v) = (raw(&x.q), raw(&x.k), raw(&x.v));
+    let mask = x.mask.map(|m| {
+        let (ptr, g) = m.device_ptr(st);
+        guards.push(g);
+        (ptr, m.len())
+    });
+    (RawDeviceQkv { q, k, v, mask }, guards)
 }
 
 /// What `poisoned_lse` fills with.
@@ -159,15 +192,12 @@ fn device_and_raw<T: Element + DeviceRepr>(
     let st = cb.stream();
     let up = |t: &[T]| st.clone_htod(t).expect("upload");
     let (dq, dk, dv) = (up(q), up(k), up(v));
-    let dm = mask.map(|m| {
-        st.clone_htod(&m.iter().map(|&b| u8::from(b)).collect::<Vec<u8>>())
-            .expect("upload")
-    });
+    let dm = upload_mask(&st, mask);
     let x = DeviceQkv::bhsd(p, &dq, &dk, &dv, dm.as_ref());
     let s = p.shape();
     let ol = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
     let mut dout = up(&vec![T::from_bits_u32(0x5EED); s.q_elems()]);
-    let mut dlse = poisoned_lse(&st, p);
+    let mut dlse = poisoned_lse(&st, lse_len(p));
     cb.run_device(
         e.path(),
         &st,
@@ -198,26 +228,12 @@ fn raw_entry<T: Element + DeviceRepr>(
     let mut rout = st
         .clone_htod(&vec![T::from_bits_u32(0x5EED); out_len])
         .expect("upload");
-    let mut rlse = poisoned_lse(&st, p);
+    let mut rlse = poisoned_lse(&st, lse_len(p));
     {
-        let (pq, _gq) = x.q.data.device_ptr(&st);
-        let (pk, _gk) = x.k.data.device_ptr(&st);
-        let (pv, _gv) = x.v.data.device_ptr(&st);
-        let pm = x.mask.map(|m| (m.device_ptr(&st), m.len()));
+        let (rx, _gx) = raw_inputs(x, &st);
         let (po, _go) = rout.device_ptr_mut(&st);
         let nl = rlse.len();
         let (pl, _gl) = rlse.device_ptr_mut(&st);
-        let raw = |ptr: u64, t: &DeviceTensor<'_, T>| RawDeviceTensor {
-            ptr,
-            len: t.data.len(),
-            layout: t.layout,
-        };
-        let rx = RawDeviceQkv {
-            q: raw(pq, &x.q),
-            k: raw(pk, &x.k),
-            v: raw(pv, &x.v),
-            mask: pm.as_ref().map(|((ptr, _), len)| (*ptr, *len)),
-        };
         let ro = RawDeviceOut {
             out: RawDeviceTensor {
                 ptr: po,
@@ -321,7 +337,7 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
         mask: None,
     };
     let mut dout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
-    let mut dlse = poisoned_lse(&st, p);
+    let mut dlse = poisoned_lse(&st, lse_len(p));
     cb.run_device(
         e.path(),
         &st,
@@ -664,17 +680,13 @@ fn device_log_sum_exp_errors_write_nothing() {
             .build()
             .unwrap();
         let s = p.shape();
-        let n = s.batch * s.q_heads * s.q_len;
+        let n = lse_len(&p);
         let mut x = generate::<f16>(&p, GenOptions::seed(21));
         let up = |t: &[f16]| st.clone_htod(t).expect("upload");
         let (dq, dk, dv) = (up(&x.q), up(&x.k), up(&x.v));
         let ol = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
         let poison = vec![f16::from_bits_u32(0x5EED); s.q_elems()];
         let mut dout = up(&poison);
-        let lse_of = |len: usize| {
-            st.clone_htod(&vec![f32::from_bits(LSE_POISON); len])
-                .expect("upload")
-        };
         let untouched = |out: &CudaSlice<f16>, lse: &CudaSlice<f32>, what: &str| {
             assert_eq!(
                 bits(&st.clone_dtoh(out).expect("download")),
@@ -701,7 +713,7 @@ fn device_log_sum_exp_errors_write_nothing() {
         // Lengths through run_device and run_device_paged.
         let x_dev = DeviceQkv::bhsd(&p, &dq, &dk, &dv, None);
         for len in [n - 1, n + 1] {
-            let mut dlse = lse_of(len);
+            let mut dlse = poisoned_lse(&st, len);
             let r = cb.run_device(
                 path,
                 &st,
@@ -722,7 +734,7 @@ fn device_log_sum_exp_errors_write_nothing() {
             block_table: &c.block_table,
             max_pages: c.max_pages,
         };
-        let mut dlse = lse_of(n + 3);
+        let mut dlse = poisoned_lse(&st, n + 3);
         let r = cb.run_device_paged(
             path,
             &st,
@@ -735,24 +747,11 @@ fn device_log_sum_exp_errors_write_nothing() {
         is_lse_length(r, n, n + 3);
         untouched(&dout, &dlse, "run_device_paged, wrong lse length");
         // The raw entry point: length, alignment, the allocation's end.
-        let mut big = lse_of(n + 1);
+        let mut big = poisoned_lse(&st, n + 1);
         {
-            let (pq, _gq) = dq.device_ptr(&st);
-            let (pk, _gk) = dk.device_ptr(&st);
-            let (pv, _gv) = dv.device_ptr(&st);
+            let (rx, _gx) = raw_inputs(&x_dev, &st);
             let (po, _go) = dout.device_ptr_mut(&st);
             let (pl, _gl) = big.device_ptr_mut(&st);
-            let raw = |ptr: u64, t: &DeviceTensor<'_, f16>| RawDeviceTensor {
-                ptr,
-                len: t.data.len(),
-                layout: t.layout,
-            };
-            let rx = RawDeviceQkv {
-                q: raw(pq, &x_dev.q),
-                k: raw(pk, &x_dev.k),
-                v: raw(pv, &x_dev.v),
-                mask: None,
-            };
             let run = |lse: (u64, usize)| {
                 let ro = RawDeviceOut {
                     out: RawDeviceTensor {
@@ -804,7 +803,7 @@ fn device_log_sum_exp_errors_write_nothing() {
         // Reject: a NaN in q, neither output written.
         x.q[7] = f16::NAN;
         let dq_bad = up(&x.q);
-        let mut dlse = lse_of(n);
+        let mut dlse = poisoned_lse(&st, n);
         let err = cb
             .run_device(
                 path,

@@ -46,6 +46,18 @@ def host(x, dtype):
     return as_bf16(x) if dtype == "bf16" else x
 
 
+def rand(shape, dt, rng):
+    """Uniform values in [-2, 2) of `shape`, rounded to `dt` (bf16 through ml_dtypes)."""
+    x = rng.uniform(-2, 2, shape).astype(np.float32)
+    if dt == "f16":
+        return x.astype(np.float16)
+    if dt == "bf16":
+        import ml_dtypes
+
+        return x.astype(ml_dtypes.bfloat16)
+    return x
+
+
 MASKS = {"full": (True, True), "shared": (False, False), "per-batch": (True, False), "per-head": (False, True)}
 
 

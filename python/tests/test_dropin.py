@@ -7,7 +7,7 @@ import pytest
 
 import detattn
 
-from conftest import host
+from conftest import host, rand
 
 
 def sdpa_reference(q, k, v, mask=None, is_causal=False, scale=None):
@@ -41,17 +41,6 @@ def check(got, want, v, dt):
     vmax = float(np.abs(np.asarray(v, np.float64)).max())
     err = np.abs(np.asarray(got, np.float64) - want).max()
     assert err <= (1e-5 + ULP[dt]) * vmax, (err, vmax)
-
-
-def rand(shape, dt, rng):
-    x = rng.uniform(-2, 2, shape).astype(np.float32)
-    if dt == "f16":
-        return x.astype(np.float16)
-    if dt == "bf16":
-        import ml_dtypes
-
-        return x.astype(ml_dtypes.bfloat16)
-    return x
 
 
 CASES = [

@@ -9,16 +9,7 @@ import pytest
 
 import detattn
 
-
-def rand(shape, rng, dt):
-    x = rng.uniform(-2, 2, shape).astype(np.float32)
-    if dt == "f16":
-        return x.astype(np.float16)
-    if dt == "bf16":
-        import ml_dtypes
-
-        return x.astype(ml_dtypes.bfloat16)
-    return x
+from conftest import rand
 
 
 def u8(a):
@@ -39,7 +30,7 @@ def test_each_sequence_gets_its_bits_alone(case):
     (hq, hkv, d), lq, lk, dt, causal, align = case
     rng = np.random.default_rng(len(lq) * 100 + d)
     tq, tk = sum(lq), sum(lk)
-    q, k, v = rand((tq, hq, d), rng, dt), rand((tk, hkv, d), rng, dt), rand((tk, hkv, d), rng, dt)
+    q, k, v = rand((tq, hq, d), dt, rng), rand((tk, hkv, d), dt, rng), rand((tk, hkv, d), dt, rng)
     cq, ck = [0, *np.cumsum(lq).tolist()], [0, *np.cumsum(lk).tolist()]
     out, lse = detattn.attention_varlen(q, k, v, cq, ck, causal=causal, causal_align=align, return_lse=True)
     plain = detattn.attention_varlen(q, k, v, np.array(cq), np.array(ck), causal=causal, causal_align=align)
@@ -65,7 +56,7 @@ def test_each_sequence_gets_its_bits_alone(case):
 
 def test_out_is_written_in_place():
     rng = np.random.default_rng(3)
-    q, k, v = rand((9, 2, 16), rng, "f32"), rand((30, 2, 16), rng, "f32"), rand((30, 2, 16), rng, "f32")
+    q, k, v = rand((9, 2, 16), "f32", rng), rand((30, 2, 16), "f32", rng), rand((30, 2, 16), "f32", rng)
     out = np.full((9, 2, 16), 7.0, np.float32)
     got = detattn.attention_varlen(q, k, v, [0, 4, 9], [0, 10, 30], out=out)
     assert got is out
@@ -74,7 +65,7 @@ def test_out_is_written_in_place():
 
 def test_bad_offsets_and_shapes_are_errors():
     rng = np.random.default_rng(4)
-    q, k, v = rand((9, 2, 16), rng, "f32"), rand((30, 2, 16), rng, "f32"), rand((30, 2, 16), rng, "f32")
+    q, k, v = rand((9, 2, 16), "f32", rng), rand((30, 2, 16), "f32", rng), rand((30, 2, 16), "f32", rng)
     with pytest.raises(ValueError, match="cu_seqlens"):
         detattn.attention_varlen(q, k, v, [0, 4, 8], [0, 10, 30])  # does not end at total_q
     with pytest.raises(ValueError, match="cu_seqlens"):

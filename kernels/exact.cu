@@ -1112,6 +1112,41 @@ struct DecRows {
     unsigned redb[DEC_ST / 32][DEC_R];
 };
 
+// The facts of each row that dec_scores' finish needs every tile, by position only: its key limit
+// and its mask row. Up to four rows (NG = 1: the usual decode) they are formed once per block and
+// kept in registers: formed every tile they took about 260 of the finish's ~570 instructions a warp
+// and tile (dec_row's loop over the rows, the mask row's 64-bit address; docs/perf.md). With more
+// rows they are formed again each tile: kept for 16 rows, they spilled on sm_100 and sm_120.
+template <int NG>
+struct DecRowFacts {
+    static constexpr bool KEEP = NG == 1;
+    int lim[KEEP ? 4 : 1];
+    const unsigned char* mrow[KEEP ? 4 : 1];
+    __device__ __forceinline__ static void form(const DecParams& P, const DecHead& H, int r, int& lm,
+                                                const unsigned char*& mr) {
+        int h, i;
+        dec_row(P, H.kvh, r, h, i);
+        lm = key_limit(P, H.L, i);
+        mr = mask_row(P, H.b, h, i);
+    }
+    __device__ __forceinline__ DecRowFacts(const DecParams& P, const DecHead& H) {
+        if (KEEP) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) form(P, H, min(r, P.R - 1), lim[r], mrow[r]);
+        }
+    }
+    // Row r < R (r a compile-time index in the caller's unrolled loops).
+    __device__ __forceinline__ void get(const DecParams& P, const DecHead& H, int r, int& lm,
+                                        const unsigned char*& mr) const {
+        if (KEEP) {
+            lm = lim[r];
+            mr = mrow[r];
+        } else {
+            form(P, H, r, lm, mr);
+        }
+    }
+};
+
 // dec_scores' tiles for rows in NG groups of four (R ≤ 4·NG), non-finite inputs handled (PROP)
 // or excluded by the caller's check (Reject: sanitising would be the identity). Every tile of the
 // block is computed, also one past the last row's last valid key: there every key is invalid by
@@ -1119,7 +1154,7 @@ struct DecRows {
 // leaves the state as it was). A fixed trip count keeps the warps' shuffles converged.
 template <class E, int NG, bool PROP>
 __device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHead& H, int t, const unsigned char* ks,
-                                                int ku, const float* qT, DecRows& S);
+                                                int ku, const float* qT, DecRows& S, const DecRowFacts<NG>& F);
 
 template <class E, int NG, bool PROP>
 __device__ __forceinline__ void dec_scores_run(const DecParams& P, const DecHead& H, int t0, unsigned char* ks, int ku,
@@ -1129,6 +1164,7 @@ __device__ __forceinline__ void dec_scores_run(const DecParams& P, const DecHead
     const T* kbase = (const T*)P.k + (H.b * P.k_bs + H.kvh * P.k_hs);
     const int units = D8 * (int)sizeof(T) / 16;
     const bool pow2u = (units & (units - 1)) == 0 && units <= DEC_ST;  // public
+    const DecRowFacts<NG> F(P, H);
 #pragma unroll 1
     for (int t = t0; t < t0 + DEC_KT / TILE; ++t) {
         const int j0 = t * TILE;
@@ -1142,7 +1178,7 @@ __device__ __forceinline__ void dec_scores_run(const DecParams& P, const DecHead
         cp_commit();
         cp_wait<0>();
         __syncthreads();  // the tile (and, the first time, the query rows) for every thread
-        dec_scores_tile<E, NG, PROP>(P, H, t, ks, ku, qT, S);
+        dec_scores_tile<E, NG, PROP>(P, H, t, ks, ku, qT, S, F);
         __syncthreads();  // every read of the tile and of S.redm done before the next tile
     }
 }
@@ -1150,7 +1186,7 @@ __device__ __forceinline__ void dec_scores_run(const DecParams& P, const DecHead
 // One tile of dec_scores_run.
 template <class E, int NG, bool PROP>
 __device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHead& H, int t, const unsigned char* ks,
-                                                int ku, const float* qT, DecRows& S) {
+                                                int ku, const float* qT, DecRows& S, const DecRowFacts<NG>& F) {
     typedef typename E::T T;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int R = P.R, D8 = (P.D + 7) & ~7;
@@ -1210,10 +1246,11 @@ __device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHea
         for (int c = 0; c < 4; ++c) {
             const int r = 4 * g + c;
             if (r < R) {  // public
-                int h, i;
-                dec_row(P, H.kvh, r, h, i);
+                int lim;
+                const unsigned char* mrow;
+                F.get(P, H, r, lim, mrow);
                 const float x = score_finish(s[g][c], P.scale, S.shq[r], shk);
-                const unsigned vm = mask_of(j < key_limit(P, H.L, i)) & mask_val(P, mask_row(P, H.b, h, i), j);
+                const unsigned vm = mask_of(j < lim) & mask_val(P, mrow, j);
                 P.x[(rbase + r) * P.xpad + j] = __uint_as_float((__float_as_uint(x) & vm) | (DEC_INVALID & ~vm));
                 float mt = sel(vm != 0u, x, -DA_FLT_MAX);
                 for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xFFFFFFFFu, mt, o));

@@ -8,8 +8,9 @@
 //!   CPU's bits (D6);
 //! - a paged cache (shuffled pages, every page size, unused rows NaN) gives the contiguous bits,
 //!   varlen or not, through the host entry point and the device entry point of paged caches
-//!   (`run_device_paged`, which gathers the used rows on the GPU); a bad block table is the host's
-//!   typed error there too;
+//!   (`run_device_paged`, which gathers the used rows on the GPU) and its raw-address form
+//!   (`run_device_raw_paged`, the Python package's); a bad block table is the host's typed error
+//!   there too;
 //! - `Reject` reads what the CPU reads: every packed row of a varlen batch (also the keys of a
 //!   sequence with no query rows), only the rows a paged cache's sequences use;
 //! - the log-sum-exp: on `Exact` the CPU's bits through every kernel family; on `TensorCore`
@@ -17,8 +18,9 @@
 //!   launch form (prefill, decode, the split decode's merge, `Propagate`'s poisoning), the same
 //!   rows −inf and NaN, and asking for it changes no output bit (its D1–D5 bits are held by
 //!   tests/cuda_tensorcore.rs); the device entry points (`run_device`, `run_device_paged`,
-//!   `run_device_raw`) give the host entry's log-sum-exp bits on every varlen and paged problem
-//!   above, and a bad log-sum-exp buffer is their typed error with nothing written.
+//!   `run_device_raw`, `run_device_raw_paged`) give the host entry's log-sum-exp bits on every
+//!   varlen and paged problem above, and a bad log-sum-exp buffer is their typed error with
+//!   nothing written.
 //!
 //! Without a usable GPU every test prints `SKIPPED` and why.
 #![cfg(feature = "cuda")]
@@ -30,7 +32,7 @@ mod layout_common;
 use cudarc::driver::{DevicePtr, DevicePtrMut, SyncOnDrop};
 use detattn::cuda::{
     CudaSlice, CudaStream, DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut,
-    PagedRead, RawDeviceOut, RawDeviceQkv, RawDeviceTensor, ValidAsZeroBits,
+    PagedRead, RawDeviceOut, RawDevicePagedKv, RawDeviceQkv, RawDeviceTensor, ValidAsZeroBits,
 };
 use detattn::inputs::{GenOptions, Paged, SplitMix64, generate, paginate};
 use detattn::tensor::gather;
@@ -123,6 +125,66 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
     Ok((
         st.clone_dtoh(&dout).expect("download"),
         dlse.map_or(Vec::new(), |l| st.clone_dtoh(&l).expect("download")),
+    ))
+}
+
+/// `p` through the raw-address entry point of paged caches (`run_device_raw_paged`, the Python
+/// package's): the buffers of [`device_paged`] given by their addresses on the device's stream,
+/// with the log-sum-exp: (output, log-sum-exp).
+fn raw_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
+    e: &Engine,
+    p: &Problem,
+    q: &[T],
+    c: &Paged<T>,
+    mask: Option<&[bool]>,
+) -> Result<(Vec<T>, Vec<f32>), Error> {
+    let cb = e.cuda().expect("a CUDA engine");
+    let st = cb.stream();
+    let s = p.shape();
+    let ql = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
+    let up = |t: &[T]| st.clone_htod(t).expect("upload");
+    let (dq, dk, dv) = (up(q), up(&c.k), up(&c.v));
+    let dm = upload_mask(&st, mask);
+    let pages = DeviceQkv {
+        q: DeviceTensor::new(&dq, ql),
+        k: DeviceTensor::new(&dk, c.layout),
+        v: DeviceTensor::new(&dv, c.layout),
+        mask: dm.as_ref(),
+    };
+    let mut rout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
+    let mut rlse = poisoned_lse(&st, lse_len(p));
+    {
+        let (rx, _gx) = raw_inputs(&pages, &st);
+        let (po, _go) = rout.device_ptr_mut(&st);
+        let nl = rlse.len();
+        let (pl, _gl) = rlse.device_ptr_mut(&st);
+        let cache = RawDevicePagedKv {
+            k: rx.k,
+            v: rx.v,
+            num_pages: c.num_pages,
+            page_size: c.page_size,
+            block_table: &c.block_table,
+            max_pages: c.max_pages,
+        };
+        let ro = RawDeviceOut {
+            out: RawDeviceTensor {
+                ptr: po,
+                len: q.len(),
+                layout: ql,
+            },
+            lse: Some((pl, nl)),
+        };
+        // SAFETY: the device's own stream; every buffer is a live allocation of this device,
+        // held (with its cudarc stream guard) until the stream has run the work (the downloads
+        // below synchronise it); the inputs are not written; the two outputs are buffers of
+        // their own.
+        unsafe {
+            cb.run_device_raw_paged::<T>(e.path(), raw_stream(&st), p, &rx.q, &cache, rx.mask, &ro)?
+        };
+    }
+    Ok((
+        st.clone_dtoh(&rout).expect("download"),
+        st.clone_dtoh(&rlse).expect("download"),
     ))
 }
 
@@ -389,6 +451,14 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
             bits(&lse),
             "{what}: device paged {page} lse {p:?}"
         );
+        let (raw, raw_lse) = raw_paged(e, p, &x.q, &c, None)
+            .unwrap_or_else(|err| panic!("{what} raw paged {page}: {err}"));
+        assert_eq!(bits(&raw), bits(&out), "{what}: raw paged {page} {p:?}");
+        assert_eq!(
+            bits(&raw_lse),
+            bits(&lse),
+            "{what}: raw paged {page} lse {p:?}"
+        );
     }
     s.q_heads * s.q_len
 }
@@ -564,10 +634,13 @@ fn paged_one<T: Element + DeviceRepr + ValidAsZeroBits>(
     // The device entry points, each with the log-sum-exp: the host's bits.
     let dev = device_paged(e, p, &x.q, &c, mask, true)
         .unwrap_or_else(|err| panic!("device paged {page} {p:?}: {err}"));
+    let raw_pages = raw_paged(e, p, &x.q, &c, mask)
+        .unwrap_or_else(|err| panic!("raw device paged {page} {p:?}: {err}"));
     let [contig, raw] = device_and_raw(e, p, &x.q, &x.k, &x.v, mask)
         .unwrap_or_else(|err| panic!("device {p:?}: {err}"));
     for (entry, (o, l)) in [
         ("device paged", dev),
+        ("raw device paged", raw_pages),
         ("device", contig),
         ("raw device", raw),
     ] {
@@ -657,6 +730,15 @@ fn reject_reads_what_the_cpu_reads() {
         assert_eq!(
             device_paged(&e, &p, &x.q, &bad, None, false).unwrap_err(),
             want
+        );
+        assert_eq!(raw_paged(&e, &p, &x.q, &bad, None).unwrap_err(), want);
+        // A NaN in a used page row through the raw-address entry point too.
+        assert_eq!(
+            raw_paged(&e, &p, &x.q, &c, None).unwrap_err(),
+            Error::NonFinite {
+                tensor: TensorName::V
+            },
+            "raw device entry"
         );
     }
 }

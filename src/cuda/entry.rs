@@ -14,7 +14,7 @@ use super::launch::{self, Launch, RawStream};
 use super::paged::{Gather, Pages};
 use super::path::{
     DevTensor, DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, GpuPath, Io, PagedIo,
-    RawDeviceOut, RawDeviceQkv, RawDeviceTensor, Step,
+    RawDeviceOut, RawDevicePagedKv, RawDeviceQkv, RawDeviceTensor, Step,
 };
 use super::timing::{self, BenchOptions, BenchResult};
 use super::varlen::{Sequences, key_lengths};
@@ -367,6 +367,19 @@ fn allocate_device<P: GpuPath, T: Element>(
     extra: u64,
 ) -> Result<DeviceCall<P::Plan>> {
     check_devices(dev, stream, x, out)?;
+    allocate(dev, path, p, plan, extra)
+}
+
+/// A planned call's own buffers on the device's stream, after the device-memory check (its
+/// scratch, its key lengths and `extra` bytes more): for every device entry point, the
+/// raw-address ones included.
+fn allocate<P: GpuPath>(
+    dev: &Device,
+    path: &P,
+    p: &Problem,
+    plan: P::Plan,
+    extra: u64,
+) -> Result<DeviceCall<P::Plan>> {
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
     dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64 + extra)?;
@@ -398,11 +411,7 @@ fn device_io<'a, T>(
         mask: x.mask.map_or(0, |m| g.r(m, st)),
         kv_lens: g.r(lens, st),
         lse: lse_tensor(p, lse),
-        pages: pages.map(|t| PagedIo {
-            table: g.r(&t.table, st),
-            page_shift: t.page_shift,
-            max_pages: t.max_pages,
-        }),
+        pages: pages.map(|t| t.io(g, st)),
     }
 }
 
@@ -623,6 +632,15 @@ impl DeviceTable {
             max_pages: paging.max_pages as i32,
         })
     }
+
+    /// The table as the kernels take it ([`Io::pages`]), its buffer held by `g`.
+    fn io<'a>(&'a self, g: &mut Guards<'a>, st: &'a CudaStream) -> PagedIo {
+        PagedIo {
+            table: g.r(&self.table, st),
+            page_shift: self.page_shift,
+            max_pages: self.max_pages,
+        }
+    }
 }
 
 /// K (and V) as a paged call's path sees them: the contiguous `[B, Hkv, Skv, D]` tensor the
@@ -682,24 +700,36 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits> Gathered<T> {
         k: &DeviceTensor<'_, T>,
         v: &DeviceTensor<'_, T>,
     ) -> Result<()> {
-        let elem = std::mem::size_of::<T>();
         let mut g = Guards::default();
-        let (t, s) = (g.r(&self.table, stream), g.r(&self.seqs, stream));
-        let at = |addr: u64, x: &DeviceTensor<'_, T>| Pages {
-            addr: DevTensor::new(addr, x.layout, elem).addr,
-            layout: x.layout,
-        };
-        let pk = at(g.r(k.data, stream), k);
-        let pv = at(g.r(v.data, stream), v);
-        let launches = [
-            gather.launch(p, paging, elem, pk, g.w(&mut self.k, stream), t, s)?,
-            gather.launch(p, paging, elem, pv, g.w(&mut self.v, stream), t, s)?,
-        ];
+        let pk = pages::<T>(g.r(k.data, stream), k.layout);
+        let pv = pages::<T>(g.r(v.data, stream), v.layout);
+        let launches = self.launches(&mut g, gather, stream, p, paging, pk, pv)?;
         // SAFETY: the pages' buffers live on this device and hold every row the block table's
         // used entries reach (the caller's checks); the gathered buffers hold B·Hkv·Skv·D
         // elements, the table and the sequences what `Gather::launch` reads. The guards keep them
         // alive and ordered until the stream has run the launches.
         unsafe { dev.submit(stream, &launches) }
+    }
+
+    /// The two launches copying the rows `p` reads of the pages `k` and `v` (laid out as
+    /// `paging` says, checked for `p`) into these buffers, with their buffers held by `g` on `st`.
+    #[allow(clippy::too_many_arguments)]
+    fn launches<'a>(
+        &'a mut self,
+        g: &mut Guards<'a>,
+        gather: &Gather,
+        st: &'a CudaStream,
+        p: &Problem,
+        paging: &Paging<'_>,
+        k: Pages,
+        v: Pages,
+    ) -> Result<[Launch; 2]> {
+        let elem = std::mem::size_of::<T>();
+        let (t, s) = (g.r(&self.table, st), g.r(&self.seqs, st));
+        Ok([
+            gather.launch(p, paging, elem, k, g.w(&mut self.k, st), t, s)?,
+            gather.launch(p, paging, elem, v, g.w(&mut self.v, st), t, s)?,
+        ])
     }
 
     /// [`gather`](Self::gather) of a paged cache's own pages (the paged entry points; the
@@ -723,6 +753,28 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits> Gathered<T> {
         )
     }
 
+    /// [`qkv`](Self::qkv) as raw device tensors, for the raw-address entry point (whose own
+    /// stream is ordered after `st`, where these buffers live).
+    fn raw_qkv(
+        &self,
+        st: &CudaStream,
+        q: RawDeviceTensor,
+        mask: Option<(u64, usize)>,
+    ) -> RawDeviceQkv {
+        let mut g = Guards::default();
+        let raw = |ptr| RawDeviceTensor {
+            ptr,
+            len: self.k.len(),
+            layout: self.layout,
+        };
+        RawDeviceQkv {
+            q,
+            k: raw(g.r(&self.k, st)),
+            v: raw(g.r(&self.v, st)),
+            mask,
+        }
+    }
+
     /// The inputs of the path's call: `q`, the gathered K and V, `mask`.
     fn qkv<'a>(
         &'a self,
@@ -735,6 +787,15 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits> Gathered<T> {
             v: DeviceTensor::new(&self.v, self.layout),
             mask,
         }
+    }
+}
+
+/// A tensor of pages at device address `base` (its layout's offset not yet folded in) as the
+/// gather kernel takes it.
+fn pages<T>(base: u64, layout: Layout) -> Pages {
+    Pages {
+        addr: DevTensor::new(base, layout, std::mem::size_of::<T>()).addr,
+        layout,
     }
 }
 
@@ -963,11 +1024,9 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
 
 /// Raw device tensors (bindings) on a raw stream: the same steps as [`run_device`]. What can be
 /// checked is checked first, in the crate's order: the tensors against the lengths given (the
-/// log-sum-exp's too), the path's plan, the log-sum-exp's alignment ([`Error::Misaligned`]), then
-/// that every address is device memory of this GPU whose allocation holds the length given
-/// (`cuPointerGetAttribute`; [`Error::WrongDevice`], [`Error::TensorExtent`]).
+/// log-sum-exp's too), the path's plan, then the addresses ([`check_raw_addresses`]).
 /// Scratch is allocated on the device's own stream, which `stream` waits for; and the device's
-/// stream waits for `stream` before the scratch is freed.
+/// stream waits for `stream` before the scratch is freed ([`raw_steps`]).
 ///
 /// # Safety
 /// `stream` is a live stream of this device's primary context (0: the legacy default stream); the
@@ -981,31 +1040,120 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
     x: &RawDeviceQkv,
     outs: &RawDeviceOut,
 ) -> Result<()> {
-    let out = &outs.out;
+    let ops = raw_operands(x, &outs.out);
+    tensor::check_cache_call(p, &ops, None, outs.lse.map(|l| l.1), Fit::AtLeast)?;
+    let plan = plan(path, p, T::DTYPE, &ops)?;
+    check_raw_addresses::<P, T>(dev, x, outs)?;
+    let mut c = allocate(dev, path, p, plan, 0)?;
+    let io = raw_io::<T>(dev, p, x, outs, &c.lens, None);
+    // SAFETY: the addresses of `io` were checked to lie in allocations of this device that hold
+    // the extents tensor::check_call verified, and the caller keeps them alive until `stream` has
+    // run the work (its contract, which is raw_steps'); the key lengths and scratch are `c`'s,
+    // dropped after raw_steps has ordered their release after `stream`.
+    unsafe { raw_steps(dev, path, stream, p, &mut c, &io, &[]) }
+}
+
+/// [`run_device_raw`] with K and V in a paged cache: the checks of [`run_device_paged`] on the
+/// raw tensors (the cache's as the host entry does them: page size, pages, the table's length,
+/// each sequence's capacity and used entries), the route ([`paged_route`]), then the addresses
+/// of Q, the pages, the mask and the outputs ([`check_raw_addresses`]). Where the path reads
+/// pages, the table is uploaded and the steps run on the pages; else the rows `p` reads are
+/// gathered on `stream` first and the steps run on the gathered tensors. The table, the gathered
+/// tensors and the scratch live on the device's own stream, ordered around `stream` as in
+/// [`run_device_raw`].
+///
+/// # Safety
+/// As [`run_device_raw`]; the pages are inputs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn run_device_raw_paged<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
+    dev: &Device,
+    gather: &Gather,
+    path: &P,
+    stream: RawStream,
+    p: &Problem,
+    q: &RawDeviceTensor,
+    cache: &RawDevicePagedKv<'_>,
+    mask: Option<(u64, usize)>,
+    outs: &RawDeviceOut,
+) -> Result<()> {
+    let paging = Paging::from(cache);
+    // The pages as the call's K and V.
+    let x = RawDeviceQkv {
+        q: *q,
+        k: cache.k,
+        v: cache.v,
+        mask,
+    };
+    let ops = raw_operands(&x, &outs.out);
+    let lse = outs.lse.map(|l| l.1);
+    tensor::check_cache_call(p, &ops, Some(paging), lse, Fit::AtLeast)?;
+    let route = paged_route(path, p, T::DTYPE, &ops, &paging)?;
+    check_raw_addresses::<P, T>(dev, &x, outs)?;
+    match route {
+        PagedRoute::Pages(plan) => {
+            let bytes = 4 * cache.block_table.len() as u64;
+            let mut c = allocate(dev, path, p, plan, bytes)?;
+            let table = DeviceTable::upload(dev, &paging, bytes)?;
+            let io = raw_io::<T>(dev, p, &x, outs, &c.lens, Some(&table));
+            // SAFETY: as in run_device_raw; the table was uploaded above for this call (its used
+            // entries checked against the pages) and is dropped after raw_steps has ordered its
+            // release after `stream`.
+            unsafe { raw_steps(dev, path, stream, p, &mut c, &io, &[]) }
+        }
+        PagedRoute::Gather(plan) => {
+            let mut g = Gathered::<T>::alloc(dev, p, cache.block_table)?;
+            let mut c = allocate(dev, path, p, plan, 0)?;
+            let (pk, pv) = (
+                pages::<T>(x.k.ptr, x.k.layout),
+                pages::<T>(x.v.ptr, x.v.layout),
+            );
+            let gather_launches = {
+                let mut guards = Guards::default();
+                g.launches(&mut guards, gather, &dev.stream, p, &paging, pk, pv)?
+            };
+            let io = raw_io::<T>(
+                dev,
+                p,
+                &g.raw_qkv(&dev.stream, x.q, mask),
+                outs,
+                &c.lens,
+                None,
+            );
+            // SAFETY: as in run_device_raw; the gather reads the pages through the table's
+            // checked entries and writes the gathered tensors, allocated above for `p` and
+            // dropped, as the table, after raw_steps has ordered their release after `stream`.
+            unsafe { raw_steps(dev, path, stream, p, &mut c, &io, &gather_launches) }
+        }
+    }
+}
+
+/// The operands of a raw-address call, for `tensor::check_cache_call` and the path's plan (of a
+/// paged call, `x.k` and `x.v` are the pages).
+fn raw_operands(x: &RawDeviceQkv, out: &RawDeviceTensor) -> Operands {
     let op = |t: &RawDeviceTensor| Operand {
         len: t.len,
         layout: t.layout,
     };
-    let ops = Operands {
+    Operands {
         q: op(&x.q),
         k: op(&x.k),
         v: op(&x.v),
         mask: x.mask.map(|m| m.1),
         out: op(out),
-    };
-    tensor::check_cache_call(p, &ops, None, outs.lse.map(|l| l.1), Fit::AtLeast)?;
-    let plan = plan(path, p, T::DTYPE, &ops)?;
-    if let Some((ptr, _)) = outs.lse
-        && !ptr.is_multiple_of(4)
-    {
-        return Err(Error::Misaligned {
-            path: P::PATH,
-            tensor: TensorName::Lse,
-            need: "an address that is a multiple of 4 bytes (f32)",
-            what: format!("address {ptr:#x}"),
-        });
     }
+}
+
+/// The raw addresses of a call whose tensors and plan have passed: every address aligned to its
+/// element ([`Error::Misaligned`]: a misaligned access would fault the context, which outlives
+/// the call), then every address device memory of this GPU whose allocation holds the length
+/// given (`cuPointerGetAttribute`; [`Error::WrongDevice`], [`Error::TensorExtent`]).
+fn check_raw_addresses<P: GpuPath, T>(
+    dev: &Device,
+    x: &RawDeviceQkv,
+    outs: &RawDeviceOut,
+) -> Result<()> {
     let elem = std::mem::size_of::<T>() as u64;
+    let out = &outs.out;
     // (tensor, address, bytes, bytes an element)
     let mut bufs = vec![
         (TensorName::Q, x.q.ptr, x.q.len as u64 * elem, elem),
@@ -1018,6 +1166,17 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
     }
     if let Some((ptr, len)) = outs.lse {
         bufs.push((TensorName::Lse, ptr, 4 * len as u64, 4));
+    }
+    if let Some(&(tensor, ptr, _, elem)) = bufs.iter().find(|b| !b.1.is_multiple_of(b.3)) {
+        return Err(Error::Misaligned {
+            path: P::PATH,
+            tensor,
+            need: match elem {
+                4 => "an address that is a multiple of 4 bytes (f32)",
+                _ => "an address that is a multiple of 2 bytes (f16, bf16)",
+            },
+            what: format!("address {ptr:#x}"),
+        });
     }
     for (tensor, ptr, bytes, elem) in bufs {
         match launch::allocation_of(&dev.ctx, ptr)? {
@@ -1043,59 +1202,87 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
             }
         }
     }
-    let check = p.nonfinite() == NonFinitePolicy::Reject;
-    let sizes = path.scratch(p, &plan, check);
-    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64)?;
-    let lens = dev.kv_lens(p)?;
-    let mut sc = dev.scratch(&sizes)?;
+    Ok(())
+}
+
+/// The addresses of a raw-address call: the caller's tensors `x` and `outs`, the key lengths
+/// `lens`, and for a path that reads pages the block table.
+fn raw_io<T>(
+    dev: &Device,
+    p: &Problem,
+    x: &RawDeviceQkv,
+    outs: &RawDeviceOut,
+    lens: &CudaSlice<i32>,
+    pages: Option<&DeviceTable>,
+) -> Io {
+    let e = std::mem::size_of::<T>();
+    let st = &dev.stream;
+    let mut g = Guards::default();
+    Io {
+        q: DevTensor::new(x.q.ptr, x.q.layout, e),
+        k: DevTensor::new(x.k.ptr, x.k.layout, e),
+        v: DevTensor::new(x.v.ptr, x.v.layout, e),
+        out: DevTensor::new(outs.out.ptr, outs.out.layout, e),
+        mask: x.mask.map_or(0, |m| m.0),
+        kv_lens: g.r(lens, st),
+        lse: lse_tensor(p, outs.lse.map_or(0, |l| l.0)),
+        pages: pages.map(|t| t.io(&mut g, st)),
+    }
+}
+
+/// The work of a raw-address call on `stream`: ordered after the device's own stream (where the
+/// call's buffers were allocated and uploaded), `pre` first (a paged call's gather), then the
+/// steps on `io` (under `Reject` the scan, its one decision, and nothing more if an input is
+/// non-finite); last the device's stream is ordered after `stream`, so that the buffers the
+/// caller drops after this returns are freed only once `stream` is done with them, also when a
+/// launch failed.
+///
+/// # Safety
+/// `stream` is a live stream of this device's primary context; every address in `io` and `pre`
+/// is device memory of this device holding what the launches read and write: the caller's raw
+/// buffers (checked, and kept alive until `stream` has run the work) and buffers of the call
+/// allocated on the device's stream (`c`'s and the caller's), dropped only after this returns.
+unsafe fn raw_steps<P: GpuPath>(
+    dev: &Device,
+    path: &P,
+    stream: RawStream,
+    p: &Problem,
+    c: &mut DeviceCall<P::Plan>,
+    io: &Io,
+    pre: &[Launch],
+) -> Result<()> {
     let own = RawStream::of(&dev.stream);
-    let io = {
-        let mut g = Guards::default();
-        let e = elem as usize;
-        Io {
-            q: DevTensor::new(x.q.ptr, x.q.layout, e),
-            k: DevTensor::new(x.k.ptr, x.k.layout, e),
-            v: DevTensor::new(x.v.ptr, x.v.layout, e),
-            out: DevTensor::new(out.ptr, out.layout, e),
-            mask: x.mask.map_or(0, |m| m.0),
-            kv_lens: g.r(&lens, &dev.stream),
-            lse: lse_tensor(p, outs.lse.map_or(0, |l| l.0)),
-            pages: None,
-        }
-    };
     let scratch: Vec<u64> = {
         let mut g = Guards::default();
-        sc.iter_mut().map(|b| g.w(b, &dev.stream)).collect()
+        c.scratch.iter_mut().map(|b| g.w(b, &dev.stream)).collect()
     };
-    // SAFETY: both streams belong to this device's context (the caller's contract for `stream`).
-    unsafe { launch::order_after(&dev.ctx, own, stream)? };
-    let steps: &[Step] = if check {
+    let steps: &[Step] = if c.check {
         &[Step::Check, Step::Compute { checked: true }]
     } else {
         &[Step::Compute { checked: false }]
     };
-    let mut result = Ok(());
-    for &step in steps {
-        let launches = path.launches(p, &plan, &io, &scratch, step)?;
-        // SAFETY: the addresses were checked to lie in allocations of this device that hold the
-        // extents tensor::check_call verified, and the caller keeps them alive until `stream` has
-        // run the work; the key lengths and scratch were allocated above, ordered before `stream`
-        // by the event, and are freed only after it (below).
-        unsafe { launch::submit(&dev.ctx, stream, &launches)? };
-        if step == Step::Check {
-            // SAFETY: as above.
-            unsafe { launch::order_after(&dev.ctx, stream, own)? };
-            result = decide(dev, &sc[0]);
-            if result.is_err() {
-                break;
+    // SAFETY: both streams belong to this device's context (the caller's contract for `stream`).
+    unsafe { launch::order_after(&dev.ctx, own, stream)? };
+    let run = || -> Result<()> {
+        // SAFETY: the caller's contract: every address of `pre` is live device memory of this
+        // device, ordered before `stream` by the event above.
+        unsafe { launch::submit(&dev.ctx, stream, pre)? };
+        for &step in steps {
+            let launches = path.launches(p, &c.plan, io, &scratch, step)?;
+            // SAFETY: as above, for `io`; the scratch was allocated at the plan's sizes.
+            unsafe { launch::submit(&dev.ctx, stream, &launches)? };
+            if step == Step::Check {
+                // SAFETY: as above.
+                unsafe { launch::order_after(&dev.ctx, stream, own)? };
+                decide(dev, &c.scratch[0])?;
             }
         }
-    }
-    // The scratch and key lengths are freed on the device's stream: after `stream` is done.
+        Ok(())
+    };
+    let result = run();
+    // The call's buffers are freed on the device's stream: after `stream` is done.
     // SAFETY: as above.
     unsafe { launch::order_after(&dev.ctx, stream, own)? };
-    drop(sc);
-    drop(lens);
     result
 }
 
@@ -1132,6 +1319,55 @@ impl super::CudaBackend {
         with_path!(self, path, |m| {
             // SAFETY: the caller's contract is run_device_raw's.
             unsafe { run_device_raw::<_, T>(&self.dev, m, st, p, x, out) }
+        })
+    }
+
+    /// [`run_device_paged`](super::CudaBackend::run_device_paged) for memory cudarc does not own:
+    /// Q, the key and value pages, the mask and the outputs given by raw addresses as for
+    /// [`run_device_raw`](Self::run_device_raw), the block table on the host
+    /// ([`RawDevicePagedKv`](super::RawDevicePagedKv)). Checks, before any work and in this
+    /// order: the tensors and the cache as `run_device_paged` checks them ([`Error::PageSize`],
+    /// [`Error::TensorLength`] of the table, [`Error::CacheCapacity`],
+    /// [`Error::BlockTableEntry`], …), what the path takes, each address aligned to its element
+    /// ([`Error::Misaligned`]) and in an allocation of this GPU that holds the length given
+    /// ([`Error::WrongDevice`], [`Error::TensorExtent`]), device memory. Then as
+    /// `run_device_paged`: the used rows gathered on `stream` where the path does not read the
+    /// pages itself (device memory for two `[B, Hkv, Skv, D]` tensors, freed after `stream` has
+    /// used them), the steps of `run_device_raw`. The bits of the same problem with contiguous K
+    /// and V.
+    ///
+    /// # Safety
+    /// As [`run_device_raw`](Self::run_device_raw): `stream` is 0 or a live stream of this
+    /// device's primary context; the buffers (Q, the pages, the mask, the outputs) stay
+    /// allocated, and the inputs unchanged, until `stream` has run the work; the output's buffer
+    /// and the log-sum-exp's overlap no input's nor each other.
+    ///
+    /// [`Error::PageSize`]: crate::Error::PageSize
+    /// [`Error::TensorLength`]: crate::Error::TensorLength
+    /// [`Error::CacheCapacity`]: crate::Error::CacheCapacity
+    /// [`Error::BlockTableEntry`]: crate::Error::BlockTableEntry
+    /// [`Error::Misaligned`]: crate::Error::Misaligned
+    /// [`Error::WrongDevice`]: crate::Error::WrongDevice
+    /// [`Error::TensorExtent`]: crate::Error::TensorExtent
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run_device_raw_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
+        &self,
+        path: Path,
+        stream: u64,
+        p: &Problem,
+        q: &RawDeviceTensor,
+        cache: &RawDevicePagedKv<'_>,
+        mask: Option<(u64, usize)>,
+        out: &RawDeviceOut,
+    ) -> Result<()> {
+        let st = RawStream::from_handle(stream);
+        // The path as every entry point picks it (`Sequences`: a variable-length problem runs
+        // each sequence as itself, on the gathered rows).
+        with_path!(self, path, |m| {
+            // SAFETY: the caller's contract is run_device_raw_paged's.
+            unsafe {
+                run_device_raw_paged::<_, T>(&self.dev, &self.gather, m, st, p, q, cache, mask, out)
+            }
         })
     }
 }

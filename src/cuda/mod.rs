@@ -17,7 +17,7 @@
 
 /// Run `$body` with `$p` bound to the path module of `$path`, wrapped so that it also takes
 /// variable-length problems (`varlen.rs`): the one place a path is picked, for every entry point
-/// (`backend.rs`, and the raw-address one in `entry.rs`; a new path is one more arm here). The
+/// (`backend.rs`, and the raw-address ones in `entry.rs`; a new path is one more arm here). The
 /// call site has `Path` and `varlen::Sequences` in scope.
 macro_rules! with_path {
     ($self:ident, $path:expr, |$p:ident| $body:expr) => {
@@ -55,8 +55,8 @@ pub use cubins::{ARCHS, OVERRIDE_CAPABLE, TEST_CUBIN_DIR_ENV};
 pub const ARCHS_RUN: [&str; 1] = ["sm_90"];
 pub use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 pub use path::{
-    DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceOut, RawDeviceQkv,
-    RawDeviceTensor,
+    DevicePagedKv, DeviceQkv, DeviceTensor, DeviceTensorMut, RawDeviceOut, RawDevicePagedKv,
+    RawDeviceQkv, RawDeviceTensor,
 };
 pub use tensorcore::TENSORCORE_HEAD_DIMS;
 pub use timing::{BenchOptions, BenchResult, PagedRead};

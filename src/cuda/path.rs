@@ -247,6 +247,12 @@ pub struct RawDeviceOut {
     pub lse: Option<(u64, usize)>,
 }
 
+/// A paged KV cache given by raw device addresses ([`crate::PagedCache`]): the key and value pages
+/// as raw device tensors (logically `[num_pages, Hkv, page_size, D]`, the page being the batch
+/// index), the block table on the host (public: checked, then uploaded per call), for
+/// [`run_device_raw_paged`](super::CudaBackend::run_device_raw_paged).
+pub type RawDevicePagedKv<'a> = crate::tensor::PagedCache<'a, RawDeviceTensor>;
+
 impl From<RawDeviceTensor> for RawDeviceOut {
     /// The output alone, without the log-sum-exp.
     fn from(out: RawDeviceTensor) -> Self {

@@ -5,6 +5,8 @@ on the values, and which never produces NaN from valid input — from Python.
   current stream, without copying them), anything with ``__dlpack__``.
 - :func:`attention_varlen` — a variable-length (packed) batch, as ``flash_attn_varlen_func``: each
   sequence gets the bits it gets alone.
+- :func:`attention_with_kvcache` — a KV cache, contiguous or paged (a block table), as
+  ``flash_attn_with_kvcache``: the bits of the same keys laid out contiguously.
 - :func:`scaled_dot_product_attention` — a drop-in for ``torch.nn.functional``'s, with PyTorch's
   top-left causal alignment; it raises where it cannot match (dropout, float masks).
 - :func:`digest` — the SHA-256 of an output, equal to the Rust library's and the CLI's.
@@ -17,7 +19,14 @@ What is promised, and what is not, is in docs/python.md of the repository.
 """
 
 from . import _native
-from ._core import NonFiniteError, attention, attention_varlen, digest, scaled_dot_product_attention
+from ._core import (
+    NonFiniteError,
+    attention,
+    attention_varlen,
+    attention_with_kvcache,
+    digest,
+    scaled_dot_product_attention,
+)
 from ._selftest import SelftestReport, selftest
 
 __version__ = _native.VERSION
@@ -33,6 +42,7 @@ __all__ = [
     "SelftestReport",
     "attention",
     "attention_varlen",
+    "attention_with_kvcache",
     "digest",
     "info",
     "scaled_dot_product_attention",

@@ -1,8 +1,11 @@
-"""The public entry points: :func:`attention`, the drop-in :func:`scaled_dot_product_attention`
-and :func:`digest`. They check what only Python can see (array kinds, ranks, dtypes, devices),
+"""The public entry points: :func:`attention`, :func:`attention_varlen`,
+:func:`attention_with_kvcache`, the drop-in :func:`scaled_dot_product_attention` and
+:func:`digest`. They check what only Python can see (array kinds, ranks, dtypes, devices),
 build the tensors' descriptors without copying them, and let the library check the rest."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -231,6 +234,14 @@ def attention_varlen(
     cu_k = _kv_lens(cu_seqlens_k, "cu_seqlens_k")
     if cu_q is None or cu_k is None:
         raise ValueError("cu_seqlens_q and cu_seqlens_k are required")
+    opts = (causal, causal_align, scale, path, nonfinite, out, return_lse)
+    return _run_packed(aq, _batch_of_one(ak), _batch_of_one(av), cu_q, cu_k, *opts)
+
+
+def _run_packed(aq, ak, av, cu_q, cu_k, causal, align, scale, path, nonfinite, out, return_lse, paged=None):
+    """A packed batch: ``aq`` ``[total_q, Hq, D]`` run as the batch element of a varlen problem
+    against ``ak``/``av`` (``[1, total_k, Hkv, D]``, or the pages of ``paged``); the result
+    ``[total_q, Hq, D]`` (or ``out``) and the log-sum-exp ``[Hq, total_q]``."""
     ao = None
     if out is not None:
         ao = wrap(out, "out")
@@ -240,10 +251,10 @@ def attention_varlen(
         ao = _batch_of_one(ao)
     res = _run(
         _batch_of_one(aq),
-        _batch_of_one(ak),
-        _batch_of_one(av),
+        ak,
+        av,
         causal,
-        causal_align,
+        align,
         scale,
         None,
         None,
@@ -253,11 +264,159 @@ def attention_varlen(
         ao,
         return_lse,
         varlen=(cu_q, cu_k),
+        paged=paged,
     )
     o, lse = res if return_lse else (res, None)
     # A new result is [1, total_q, Hq, D]: its batch element; a given `out` is the caller's own.
     o = out if out is not None else o[0]
     return (o, lse[0]) if return_lse else o
+
+
+def attention_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    *,
+    cache_seqlens,
+    block_table=None,
+    cu_seqlens_q=None,
+    attn_mask=None,
+    causal=False,
+    scale=None,
+    path="exact",
+    nonfinite="reject",
+    out=None,
+    causal_align="bottom-right",
+    return_lse=False,
+):
+    """Attention against a KV cache, as FlashAttention's ``flash_attn_with_kvcache``: ``q`` is
+    ``[B, Sq, Hq, D]``; sequence ``b`` attends to its first ``cache_seqlens[b]`` keys. With
+    ``block_table`` (integers, ``[B, max_pages]``) the cache is paged: ``k_cache`` and ``v_cache``
+    are ``[num_pages, page_size, Hkv, D]`` (``page_size`` a power of two in 16..=256) and key ``j``
+    of sequence ``b`` is row ``j % page_size`` of page ``block_table[b][j // page_size]``; only the
+    first ``ceil(cache_seqlens[b] / page_size)`` entries of a row are read (the others may hold
+    anything, e.g. -1). Without it the cache is contiguous, ``[B, Skv, Hkv, D]``.
+
+    **The bits are those of the same keys laid out contiguously**: :func:`attention` on
+    ``[B, S, H, D]`` tensors (``layout="bshd"``) with ``kv_lens=cache_seqlens`` — a paged cache is
+    a layout. Its key length ``Skv`` (the last dimension of ``attn_mask``) is the cache's for a
+    contiguous cache and ``max(cache_seqlens)`` (at least 1) for a paged one.
+
+    ``cache_seqlens`` is an int (every sequence) or one integer per sequence; it and
+    ``block_table`` may be lists, NumPy arrays or torch tensors (a CUDA tensor is copied to the
+    host: lengths and page numbers are public, and the library plans the call from them). With
+    ``cu_seqlens_q`` (FlashAttention 3's argument; needs ``block_table``) ``q`` is a packed batch
+    ``[total_q, Hq, D]`` whose sequence ``b`` owns rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``:
+    each sequence's rows are then the bits it gets alone, as in :func:`attention_varlen`.
+
+    Returns ``[B, Sq, Hq, D]`` (packed: ``[total_q, Hq, D]``) or ``out``, and with
+    ``return_lse=True`` also the float32 log-sum-exp ``[B, Hq, Sq]`` (packed: ``[Hq, total_q]``).
+    The other options, devices, streams and errors are :func:`attention`'s (``attn_mask`` is
+    detattn's own, broadcastable to ``[B, Hq, Sq, Skv]``; not with ``cu_seqlens_q``).
+
+    Where it differs from ``flash_attn_with_kvcache``: the cache is read, never updated (no
+    ``k``/``v`` to append, no rotary embedding); ``cache_seqlens`` is required; no
+    ``cache_batch_idx``, ``cache_leftpad``, ``window_size``, ``softcap``, ``alibi_slopes`` or
+    ``num_splits``; the page size is a power of two in 16..=256 (FlashAttention 2 wants a
+    multiple of 256); the options are named ``scale`` and ``return_lse``, as everywhere in
+    detattn, not ``softmax_scale`` and ``return_softmax_lse``.
+    """
+    aq, ak, av = wrap(q, "q"), wrap(k_cache, "k_cache"), wrap(v_cache, "v_cache")
+    paged = block_table is not None
+    for name, a in (("k_cache", ak), ("v_cache", av)):
+        if len(a.shape) != 4:
+            want = "[num_pages, page_size, Hkv, D] (a paged cache)" if paged else "[B, Skv, Hkv, D]"
+            raise ValueError(f"{name} must be 4-D {want}, got shape {a.shape}")
+    if ak.shape != av.shape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {ak.shape} and {av.shape}")
+    packed = cu_seqlens_q is not None
+    if len(aq.shape) != (3 if packed else 4):
+        want = "3-D [total_q, Hq, D] (a packed batch: cu_seqlens_q)" if packed else "4-D [B, Sq, Hq, D]"
+        raise ValueError(f"q must be {want}, got shape {aq.shape}")
+    if aq.shape[-1] != ak.shape[-1]:
+        raise ValueError(f"q and k_cache must have the same head_dim: q {aq.shape}, k_cache {ak.shape}")
+    # (A q of another dtype is `_run`'s error; these name the caches as the caller passed them.)
+    for name, a in (("k_cache", ak), ("v_cache", av)):
+        if aq.dtype in _FLOATS and a.dtype != aq.dtype:
+            raise ValueError(
+                f"{name} has dtype {_dtype_name(a.dtype)} and q {_dtype_name(aq.dtype)}: q, k_cache and "
+                "v_cache must have one dtype"
+            )
+    cu_q = _kv_lens(cu_seqlens_q, "cu_seqlens_q") if packed else None
+    if packed and (not paged or attn_mask is not None):
+        raise ValueError(
+            "cu_seqlens_q takes a paged cache (block_table) and no attn_mask; for packed keys use "
+            "attention_varlen"
+        )
+    if packed and len(cu_q) < 2:
+        raise ValueError(f"cu_seqlens_q must have at least 2 entries (B + 1 for B ≥ 1 sequences), got {cu_q}")
+    seqs = len(cu_q) - 1 if packed else aq.shape[0]
+    lens = _cache_seqlens(cache_seqlens, seqs)
+    if not paged:
+        if ak.shape[0] != aq.shape[0]:
+            raise ValueError(f"k_cache must have q's batch size: q {aq.shape}, k_cache {ak.shape}")
+        if any(n > ak.shape[1] for n in lens):
+            raise ValueError(f"cache_seqlens must be at most the cache's length Skv = {ak.shape[1]}, got {lens}")
+        opts = (causal, causal_align, scale, attn_mask, lens, "bshd", path, nonfinite, out, return_lse)
+        return _run(aq, ak, av, *opts)
+    table, max_pages = _block_table(block_table, seqs)
+    opts = (causal, causal_align, scale)
+    if packed:
+        if not any(lens):
+            raise ValueError("cache_seqlens must give a packed batch (cu_seqlens_q) at least one key")
+        cu_k = [0, *itertools.accumulate(lens)]
+        pages = {"kv_len": cu_k[-1], "block_table": table, "max_pages": max_pages}
+        return _run_packed(aq, ak, av, cu_q, cu_k, *opts, path, nonfinite, out, return_lse, paged=pages)
+    pages = {"kv_len": max([1, *lens]), "block_table": table, "max_pages": max_pages}
+    return _run(aq, ak, av, *opts, attn_mask, lens, "bshd", path, nonfinite, out, return_lse, paged=pages)
+
+
+_INTS = {f"{s}int{n}" for s in ("", "u") for n in (8, 16, 32, 64)}
+
+
+def _host_ints(x, name, ndim, want):
+    """A public integer array — a list, a NumPy array or a torch tensor (a CUDA one is copied to
+    the host) — as nested lists of ints, after checking its rank and that it holds integers."""
+    if hasattr(x, "dtype") and hasattr(x, "tolist"):
+        dt = str(x.dtype).replace("torch.", "")
+        shape = tuple(x.shape)
+    else:
+        try:
+            a = np.asarray(x)
+        except ValueError:  # a ragged list
+            raise ValueError(f"{name} must be {ndim}-D {want}, got a ragged list") from None
+        # (An empty list is float64 to NumPy; it holds no non-integer.)
+        dt = "int64" if a.size == 0 else a.dtype.name
+        shape, x = a.shape, a
+    if dt not in _INTS:
+        raise ValueError(f"{name} must hold integers (int32, as FlashAttention takes it), got {dt}")
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {want}, got shape {shape}")
+    return x.tolist()
+
+
+def _cache_seqlens(x, seqs):
+    """Each sequence's key length, from an int or one integer per sequence."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        lens = [int(x)] * seqs
+    else:
+        lens = _host_ints(x, "cache_seqlens", 1, "[B] (one key length per sequence)")
+    if len(lens) != seqs:
+        raise ValueError(f"cache_seqlens must have one entry per sequence ({seqs}), got {len(lens)}")
+    if any(n < 0 for n in lens):
+        raise ValueError(f"cache_seqlens must be non-negative, got {lens}")
+    return lens
+
+
+def _block_table(x, seqs):
+    """The block table as the library takes it: its entries row-major, and its columns."""
+    rows = _host_ints(x, "block_table", 2, "[B, max_pages] (one row of page numbers per sequence)")
+    if len(rows) != seqs:
+        raise ValueError(f"block_table must have one row per sequence ({seqs}), got {len(rows)}")
+    flat = [e for r in rows for e in r]
+    if any(not -(2**31) <= e < 2**31 for e in flat):
+        raise ValueError("block_table entries must fit in int32")
+    return flat, len(rows[0]) if rows else 0
 
 
 def _batch_of_one(a: Arr) -> Arr:
@@ -281,6 +440,7 @@ def _run(
     out,
     return_lse=False,
     varlen=None,
+    paged=None,
 ):
     if aq.dtype not in _FLOATS:
         raise ValueError(f"q has dtype {_dtype_name(aq.dtype)}; detattn takes float32, float16 and bfloat16")
@@ -296,6 +456,12 @@ def _run(
     kv_dims, vs = _bhsd(av, layout, "v")
     if kv_dims != (bk, hkv, skv, dk):
         raise ValueError(f"k and v must have the same shape, got {ak.shape} and {av.shape}")
+    cache = None
+    if paged is not None:
+        # K and V are the pages: the batch dimension is the page, the rows are a page's; the
+        # problem's own key length is the caller's (attention_with_kvcache).
+        cache = {"num_pages": bk, "page_size": skv, **{n: paged[n] for n in ("block_table", "max_pages")}}
+        bk, skv = b, paged["kv_len"]
     if (bk, dk) != (b, d):
         raise ValueError(
             f"q and k must have the same batch size and head_dim: q {aq.shape}, k {ak.shape} (layout {layout!r})"
@@ -337,6 +503,7 @@ def _run(
     }
     args = [path, aq.dtype, 0, problem, _desc(aq, qs), _desc(ak, ks), _desc(av, vs), mask, _desc(ao, os_)]
     args.append(None if al is None else (al.ptr, b * hq * sq))
+    args.append(cache)
     if aq.device[0] == "cpu":
         _call(_native.run, "cpu", *args)
     elif aq.kind == "torch":

@@ -10,6 +10,10 @@ inputs can be regenerated in Python and the two implementations check each other
   ``((r >> (64 − p)) · 2^−(p−2) − 2) · 2^amp`` — exact in the dtype.
 - A mask entry attends iff ``r >> 62 != 0``; with ``blank_rows_every = n`` the rows with
   ``i % n == n − 1`` attend nowhere (their draws are still taken).
+
+:func:`paginate` places K and V into a paged cache as the crate's ``inputs::paginate`` does (its
+docs: sequence by sequence, a seeded Fisher–Yates shuffle of the pages, the canonical NaN in every
+row no sequence uses).
 """
 
 from __future__ import annotations
@@ -85,3 +89,53 @@ def generate(dims, dtype, seed, *, amp=0, mask=None, blank_rows_every=None):
             m[:, :, np.arange(sq) % n == n - 1, :] = False
         out["mask"] = m
     return out
+
+
+# The canonical NaN's bits (the crate's `Element::canonical_nan`), by NumPy dtype name (bf16 held as
+# uint16 bits, as `values` gives it, or as ml_dtypes' bfloat16).
+_NAN_BITS = {"float32": (np.uint32, 0x7FC00000), "float16": (np.uint16, 0x7E00), "uint16": (np.uint16, 0x7FC0),
+             "bfloat16": (np.uint16, 0x7FC0)}
+
+
+def paginate(k, v, page_size, seed, *, kv_lens=None, cu_seqlens_k=None):
+    """K and V (contiguous ``[B, Hkv, Skv, D]``, as :func:`generate` gives them) placed into a
+    paged cache as the crate's ``inputs::paginate`` places them: sequence by sequence,
+    ``ceil(L / page_size)`` pages each, plus one page no sequence uses; logical page ``n`` is
+    physical page ``perm[n]``, ``perm`` a Fisher–Yates shuffle driven by SplitMix64(``seed``) (for
+    ``i`` from ``n − 1`` down to 1, swap ``i`` with draw ``% (i + 1)``); every row no sequence uses
+    holds the canonical NaN (a call must never read it). The sequences: batch element ``b`` with
+    its first ``kv_lens[b]`` keys (default all), or with ``cu_seqlens_k`` the sequences of a
+    packed ``[1, Hkv, total, D]`` batch. Returns ``(k_pages, v_pages, block_table)``: pages
+    ``[num_pages, page_size, Hkv, D]`` and an int32 ``[sequences, max_pages]`` table, -1 where a
+    sequence uses no page."""
+    b, hkv, skv, d = k.shape
+    if cu_seqlens_k is not None:
+        cu = [int(x) for x in cu_seqlens_k]
+        seqs = [(0, cu[i], cu[i + 1] - cu[i]) for i in range(len(cu) - 1)]
+    else:
+        lens = [skv] * b if kv_lens is None else [int(x) for x in kv_lens]
+        seqs = [(i, 0, lens[i]) for i in range(b)]
+    used = [-(-n // page_size) for _, _, n in seqs]
+    n = sum(used) + 1
+    perm = list(range(n))
+    for draw, i in zip(splitmix64(seed, n - 1), range(n - 1, 0, -1)):
+        j = int(draw % np.uint64(i + 1))
+        perm[i], perm[j] = perm[j], perm[i]
+    uint, nan = _NAN_BITS[k.dtype.name]
+    pages = []
+    for x in (k, v):
+        p = np.empty((n, page_size, hkv, d), x.dtype)
+        p.view(uint)[...] = nan
+        pages.append(p)
+    table = np.full((len(seqs), max(used + [1])), -1, np.int32)
+    nxt = 0
+    for s, (bb, k0, length) in enumerate(seqs):
+        for page in range(used[s]):
+            phys = perm[nxt]
+            nxt += 1
+            table[s, page] = phys
+            j0 = k0 + page * page_size
+            rows = min(page_size, length - page * page_size)
+            for p, x in zip(pages, (k, v)):
+                p[phys, :rows] = x[bb, :, j0 : j0 + rows].transpose(1, 0, 2)
+    return pages[0], pages[1], table

@@ -2,7 +2,9 @@
 //! turns NumPy arrays, torch tensors and DLPack capsules into raw tensor descriptors — an address,
 //! a length in elements and element strides — and this module hands them to the library's entry
 //! points: [`detattn::Engine::run_cache`] for host memory and
-//! [`detattn::cuda::CudaBackend::run_device_raw`] for device memory, on the caller's stream.
+//! [`detattn::cuda::CudaBackend::run_device_raw`] (with a paged KV cache
+//! [`detattn::cuda::CudaBackend::run_device_raw_paged`]) for device memory, on the caller's
+//! stream.
 //!
 //! What this layer adds to the library, and nothing more:
 //! - the descriptors become slices (host) or raw device tensors, after the checks that make that
@@ -16,13 +18,13 @@
 //! - engines are opened once per (backend, path) and shared by every thread (an `Engine` is
 //!   `Send + Sync`; the library's entry points take `&self`).
 //!
-//! The only `unsafe` is in [`host`] (raw host addresses to slices) and in [`run`]'s call of
-//! `run_device_raw`, each after the checks its contract names.
+//! The only `unsafe` is in [`host`] (raw host addresses to slices) and in [`run`]'s calls of
+//! `run_device_raw` and `run_device_raw_paged`, each after the checks its contract names.
 
-use detattn::cuda::{RawDeviceOut, RawDeviceQkv, RawDeviceTensor};
+use detattn::cuda::{DeviceRepr, RawDeviceOut, RawDeviceQkv, RawDeviceTensor, ValidAsZeroBits};
 use detattn::{
     Backend, CausalAlign, DType, Element, Engine, KvCache, Layout, MaskLayout, NonFinitePolicy,
-    Path, Problem, QkvCache, Shape, Tensor, TensorMut, bf16, f16,
+    PagedCache, Path, Problem, QkvCache, Shape, Tensor, TensorMut, bf16, f16,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -265,6 +267,18 @@ fn problem(a: &ProblemArgs) -> Res<Problem> {
     Ok(pb.build()?)
 }
 
+/// A paged KV cache's description beside its two page tensors (the `k` and `v` descriptors, the
+/// page being their batch index), as Python passes it (a dict with these keys).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct PagedArgs {
+    num_pages: usize,
+    page_size: usize,
+    /// `[sequences, max_pages]`, row-major.
+    block_table: Vec<i32>,
+    max_pages: usize,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running
 
@@ -273,10 +287,11 @@ fn problem(a: &ProblemArgs) -> Res<Problem> {
 /// and length in bytes of a dense `[Bm, Hm, Sq, Skv]` boolean mask (one byte per entry, nonzero =
 /// attend) in the same memory as the tensors. `lse`, if given, is the address and length (f32
 /// entries) of a contiguous `[B, Hq, Sq]` float32 buffer in the same memory, for each query row's
-/// log-sum-exp. Writes only the output's rows (and the log-sum-exp); on error writes nothing.
+/// log-sum-exp. `paged`, if given, makes `k` and `v` the pages of a paged KV cache
+/// ([`PagedArgs`]). Writes only the output's rows (and the log-sum-exp); on error writes nothing.
 /// Releases the GIL while it computes.
 #[pyfunction]
-#[pyo3(signature = (backend, path, dtype, stream, problem, q, k, v, mask, out, lse=None))]
+#[pyo3(signature = (backend, path, dtype, stream, problem, q, k, v, mask, out, lse=None, paged=None))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -291,6 +306,7 @@ fn run(
     mask: Option<(u64, usize)>,
     out: Desc,
     lse: Option<(u64, usize)>,
+    paged: Option<PagedArgs>,
 ) -> PyResult<()> {
     let backend = parse_backend(backend)?;
     let path = parse_path(path)?;
@@ -306,6 +322,7 @@ fn run(
         mask,
         out,
         lse,
+        paged,
     };
     py.detach(|| match dtype {
         DType::F32 => call.run::<f32>(&p),
@@ -327,10 +344,24 @@ struct Call {
     out: Desc,
     /// The log-sum-exp's address and f32 entries, if asked.
     lse: Option<(u64, usize)>,
+    /// `k` and `v` are the pages of this paged cache, if given.
+    paged: Option<PagedArgs>,
 }
 
 impl Call {
-    fn run<T: Element>(&self, p: &Problem) -> Res<()> {
+    /// The paged cache of pages `k` and `v` (host tensors or raw device ones), if the call has one.
+    fn cache<X>(&self, k: X, v: X) -> Option<PagedCache<'_, X>> {
+        self.paged.as_ref().map(|c| PagedCache {
+            k,
+            v,
+            num_pages: c.num_pages,
+            page_size: c.page_size,
+            block_table: &c.block_table,
+            max_pages: c.max_pages,
+        })
+    }
+
+    fn run<T: Element + DeviceRepr + ValidAsZeroBits>(&self, p: &Problem) -> Res<()> {
         let elem = std::mem::size_of::<T>();
         let mut inputs = vec![
             ("q", span(&self.q, elem)),
@@ -387,19 +418,22 @@ impl Call {
             Some((ptr, len)) => Some(unsafe { host::slice_mut::<f32>("lse", ptr, len)? }),
             None => None,
         };
+        let (k, v) = (
+            Tensor::new(k, layout_of(&self.k)),
+            Tensor::new(v, layout_of(&self.v)),
+        );
         let x = QkvCache {
             q: Tensor::new(q, layout_of(&self.q)),
-            kv: KvCache::Tensors {
-                k: Tensor::new(k, layout_of(&self.k)),
-                v: Tensor::new(v, layout_of(&self.v)),
-            },
+            kv: self
+                .cache(k, v)
+                .map_or(KvCache::Tensors { k, v }, KvCache::Paged),
             mask: mask.as_deref(),
         };
         e.run_cache(p, &x, TensorMut::new(out, layout_of(&self.out)), lse)?;
         Ok(())
     }
 
-    fn run_device<T: Element>(&self, p: &Problem) -> Res<()> {
+    fn run_device<T: Element + DeviceRepr + ValidAsZeroBits>(&self, p: &Problem) -> Res<()> {
         let e = engine(self.backend, Path::Exact)?;
         let Some(cuda) = e.cuda() else {
             return Err(Failure::value(format!(
@@ -418,22 +452,28 @@ impl Call {
             v: raw(&self.v),
             mask: self.mask,
         };
-        #[allow(unsafe_code)]
-        // SAFETY: `stream` is the caller's current stream of this very device (the Python half
-        // takes it from torch for the tensors' device, and opens the engine of that ordinal), or 0;
-        // torch's primary context is the one cudarc opens. The Python half keeps every tensor
-        // referenced for the call and records them on `stream` (`Tensor.record_stream`), so the
-        // caching allocator reuses their memory only after the stream has run this work; the
-        // inputs are not written by this call; the outputs overlap no input nor each other
-        // (checked in `Call::run`). The library checks each address against its allocation and
-        // device.
         let out = RawDeviceOut {
             out: raw(&self.out),
             lse: self.lse,
         };
-        unsafe {
-            cuda.run_device_raw::<T>(self.path, self.stream, p, &x, &out)?;
-        }
+        #[allow(unsafe_code)]
+        let r = match self.cache(x.k, x.v) {
+            // SAFETY: `stream` is the caller's current stream of this very device (the Python
+            // half takes it from torch for the tensors' device, and opens the engine of that
+            // ordinal), or 0; torch's primary context is the one cudarc opens. The Python half
+            // keeps every tensor referenced for the call and records them on `stream`
+            // (`Tensor.record_stream`), so the caching allocator reuses their memory only after
+            // the stream has run this work; the inputs are not written by this call; the outputs
+            // overlap no input nor each other (checked in `Call::run`). The library checks each
+            // address against its allocation and device.
+            None => unsafe { cuda.run_device_raw::<T>(self.path, self.stream, p, &x, &out) },
+            // SAFETY: as above; the pages are inputs like k and v (kept, recorded and checked the
+            // same way).
+            Some(c) => unsafe {
+                cuda.run_device_raw_paged::<T>(self.path, self.stream, p, &x.q, &c, x.mask, &out)
+            },
+        };
+        r?;
         Ok(())
     }
 }
@@ -469,8 +509,8 @@ fn digest(py: Python<'_>, path: &str, dtype: &str, dims: [usize; 4], t: Desc) ->
 /// The golden problems (`detattn::golden::cases`), as dicts: name, dims, dtype, causal, align,
 /// kv_lens, mask (per_batch, per_head) or None, scale or None, seed, amp, blank_rows_every,
 /// tensorcore, lse (the digest is of the log-sum-exp), seqlens (the sequences' query and key
-/// lengths of a variable-length batch, or None), paged (K and V in a paged cache),
-/// cache_features (a paged cache or a variable-length batch).
+/// lengths of a variable-length batch, or None), paged (K and V in a paged cache) and its
+/// page_size (or None), cache_features (a paged cache or a variable-length batch).
 #[pyfunction]
 fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
@@ -491,8 +531,9 @@ fn golden_cases(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         d.set_item("lse", c.asks_lse())?;
         d.set_item("seqlens", c.seqlens.map(|(q, k)| (q.to_vec(), k.to_vec())))?;
         d.set_item("paged", c.page_size.is_some())?;
-        // Paged KV cache or variable-length batch: the Rust API's (`run_cache`), not this
-        // package's yet.
+        d.set_item("page_size", c.page_size)?;
+        // Paged KV cache or variable-length batch: the package takes them through
+        // attention_with_kvcache and attention_varlen.
         d.set_item(
             "cache_features",
             c.page_size.is_some() || c.seqlens.is_some(),

@@ -22,8 +22,8 @@ import numpy as np
 
 from . import _native
 from ._arrays import Arr, host_raw, wrap
-from ._core import _call, _run, attention_varlen
-from .inputs import generate
+from ._core import _call, _run, attention_varlen, attention_with_kvcache
+from .inputs import generate, paginate
 
 
 class SelftestReport:
@@ -113,37 +113,50 @@ def _run_case(case, path, device, torch):
     )
     tag = case["dtype"]
     if device == "cpu":
-        q, k, v = (host_raw(np.ascontiguousarray(x[n]), tag) for n in ("q", "k", "v"))
+
+        def put(a):
+            return host_raw(np.ascontiguousarray(a), tag)
+
         mask = x["mask"]
     else:
 
-        def dev(a):
+        def put(a):
             # bf16 travels as its bit patterns (NumPy has no bfloat16) and is viewed back on torch.
             t = torch.from_numpy(a.view(np.int16) if tag == "bf16" else a)
             t = t.view(torch.bfloat16) if tag == "bf16" else t
             return wrap(t.to(device), "tensor")
 
-        q, k, v = (dev(x[n]) for n in ("q", "k", "v"))
         mask = None if x["mask"] is None else torch.from_numpy(x["mask"]).to(device)
-    if case["seqlens"]:
-        # A packed batch: the [1, H, total, D] inputs seen as [total, H, D] (no copy), through
-        # attention_varlen; its [total, Hq, D] output seen as [1, Hq, total, D] for the digest.
-        cu = [[0, *np.cumsum(lens).tolist()] for lens in case["seqlens"]]
-        out = attention_varlen(
-            *(_packed(a) for a in (q, k, v)),
-            cu[0],
-            cu[1],
-            causal=case["causal"],
-            causal_align=case["align"],
-            scale=case["scale"],
-            path=path,
-            return_lse=case["lse"],
+    q, k, v = (put(x[n]) for n in ("q", "k", "v"))
+    cu = [[0, *np.cumsum(lens).tolist()] for lens in case["seqlens"]] if case["seqlens"] else None
+    opts = dict(causal=case["causal"], causal_align=case["align"], scale=case["scale"], path=path)
+    opts["return_lse"] = case["lse"]
+    if case["page_size"]:
+        # K and V in a paged cache in shuffled pages (the crate's `paginate`, so the pages are the
+        # CLI's), through attention_with_kvcache: the block table as the caller's device holds it.
+        b, skv = case["dims"][0], case["dims"][4]
+        kp, vp, table = paginate(
+            x["k"], x["v"], case["page_size"], case["seed"], kv_lens=case["kv_lens"], cu_seqlens_k=cu and cu[1]
         )
+        opts["block_table"] = table if device == "cpu" else torch.from_numpy(table).to(device)
+        opts["cache_seqlens"] = case["seqlens"][1] if cu else case["kv_lens"] or [skv] * b
+        if cu:
+            out = attention_with_kvcache(_packed(q), put(kp), put(vp), cu_seqlens_q=cu[0], **opts)
+        else:
+            out = attention_with_kvcache(_bshd(q), put(kp), put(vp), attn_mask=mask, **opts)
+            if not case["lse"]:
+                out = out.permute(0, 2, 1, 3) if device != "cpu" else out.transpose(0, 2, 1, 3)
+    elif cu:
+        # A packed batch: the [1, H, total, D] inputs seen as [total, H, D] (no copy), through
+        # attention_varlen.
+        out = attention_varlen(*(_packed(a) for a in (q, k, v)), cu[0], cu[1], **opts)
+    if cu:
+        # The [total, Hq, D] output seen as [1, Hq, total, D] for the digest.
         if not case["lse"]:
             out = out[None].permute(0, 2, 1, 3) if device != "cpu" else out[None].transpose(0, 2, 1, 3)
         else:
             out = (None, out[1][None])
-    else:
+    if not case["page_size"] and not cu:
         out = _run(
             q,
             k,
@@ -181,6 +194,13 @@ def _packed(a):
     return Arr(a.kind, a.obj, a.ptr, (s, h, d), (ss, sh, sd), a.dtype, a.device, a.keep)
 
 
+def _bshd(a):
+    """A ``[B, H, S, D]`` array's descriptor seen as ``[B, S, H, D]`` (the same memory)."""
+    b, h, s, d = a.shape
+    sb, sh, ss, sd = a.strides
+    return Arr(a.kind, a.obj, a.ptr, (b, s, h, d), (sb, ss, sh, sd), a.dtype, a.device, a.keep)
+
+
 def _torch_for_gpus():
     """torch, if it is installed with CUDA (the GPU route through device tensors); else None."""
     try:
@@ -209,7 +229,7 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
         raise ValueError(f"unknown backend {backend!r}: expected all, cpu, cuda or cuda:N")
     if backend in ("all", "cpu"):
         desc, _ = _call(_native.open_engine, "cpu", "exact")
-        route = "NumPy arrays through detattn.attention (varlen: attention_varlen)"
+        route = "NumPy arrays through detattn.attention (varlen: attention_varlen; paged: attention_with_kvcache)"
         targets.append(("cpu", "exact", "cpu", desc, "any", route))
     if backend != "cpu":
         probe = _call(_native.probe)
@@ -251,7 +271,8 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
                 opened = True
                 use_torch = torch is not None and n < torch.cuda.device_count()
                 route = (
-                    "torch CUDA tensors through detattn.attention (varlen: attention_varlen), on the current stream"
+                    "torch CUDA tensors through detattn.attention (varlen: attention_varlen; paged: "
+                    "attention_with_kvcache), on the current stream"
                     if use_torch
                     else "the library's host route (no CUDA-enabled torch installed)"
                 )
@@ -279,9 +300,8 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
         header.append(f"  {label:<9} {desc}  against {against}")
         digests = dict(golden["digests"]) if golden else {}
         results = []
-        # Paged caches are the Rust API's (`detattn selftest` checks them); this package does not
-        # take them yet. Varlen batches run through attention_varlen.
-        mine = [c for c in cases if (path == "exact" or c["tensorcore"]) and not c["paged"]]
+        # Varlen batches run through attention_varlen, paged caches through attention_with_kvcache.
+        mine = [c for c in cases if path == "exact" or c["tensorcore"]]
         for i, c in enumerate(mine):
             t0 = time.perf_counter()
             try:
@@ -316,17 +336,10 @@ def selftest(backend="all", *, verbose=False, file=None) -> SelftestReport:
                     file=out,
                 )
         reports.append({"backend": label, "description": desc, "route": route, "cases": results})
-    skipped = sum(1 for c in cases if c["paged"])
-    if skipped:
-        notes.append(
-            f"{skipped} problems (paged KV cache) are not checked: this package does not take "
-            "them yet (`detattn selftest` checks them)"
-        )
     for n in notes:
         header.append(f"  note: {n}")
     for f in failures:
         header.append(f"  FAILURE: {f}")
     bad = any(c["status"] in ("mismatch", "error") for r in reports for c in r["cases"])
     ok = not bad and not failures and bool(reports)
-    checked = sum(1 for c in cases if not c["paged"])
-    return SelftestReport(ok, header, reports, notes, failures, gpus_checked, checked)
+    return SelftestReport(ok, header, reports, notes, failures, gpus_checked, len(cases))

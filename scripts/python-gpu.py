@@ -23,6 +23,9 @@ Checks (docs/python.md says what each stands for):
   varlen      attention_varlen on torch CUDA tensors: each sequence the bits it gets alone
   lse         return_lse=True on torch CUDA tensors: on exact the CPU's log-sum-exp bits, on
               tensorcore within 1e-4·max(1, |lse|) of them (the same −inf rows); the output unmoved
+  paged       attention_with_kvcache on torch CUDA tensors (shuffled pages, int32 CUDA block table
+              and lengths): the bits of the contiguous call on the GPU (both paths) and of the CPU's
+              (exact), output and log-sum-exp; a packed batch (cu_seqlens_q) against attention_varlen
   hf          Transformers: a random Llama-style model with attn_implementation="detattn": prefill and
               cached decode through detattn; 20 generations give the same tokens and attention digests;
               a sequence's attention outputs alone and inside a padded batch
@@ -45,7 +48,7 @@ import numpy as np
 import torch
 
 import detattn
-from detattn.inputs import generate
+from detattn.inputs import generate, paginate
 
 RESULTS = []
 
@@ -132,9 +135,9 @@ def selftest(args):
                 bad.append((r["backend"], c["case"], c["status"], c.get("detail")))
     routes = {r["backend"]: r["route"] for r in report.reports}
     # The library's own host route on the GPU (generator, upload, kernel: `detattn selftest`'s
-    # code path) must give the same digest as the package's torch route, for every case the
-    # package takes (not the paged ones; varlen through attention_varlen).
-    cases = [c for c in detattn._native.golden_cases() if not c["paged"]]
+    # code path) must give the same digest as the package's torch route, for every case (varlen
+    # through attention_varlen, paged through attention_with_kvcache).
+    cases = detattn._native.golden_cases()
     diffs = []
     py_digests = {}
     for path in ("exact", "tensorcore"):
@@ -496,6 +499,86 @@ def varlen(args):
     record("varlen", not bad, "; ".join(lines))
 
 
+def to_host(a, tag):
+    """A host array from detattn.inputs (bf16 as uint16 bits) as a torch CPU tensor."""
+    if tag == "bf16":
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+@check
+def paged(args):
+    """`attention_with_kvcache` on torch CUDA tensors: K and V in a paged cache in shuffled pages
+    (detattn.inputs.paginate: the rows no sequence uses hold NaN, so a read of one is a
+    NonFiniteError under the default "reject"), the block table and lengths int32 CUDA tensors as
+    FlashAttention takes them, on a non-default stream. Output and log-sum-exp must equal, bit for
+    bit, `attention` on the same keys contiguous ([B, S, H, D], kv_lens) on the GPU, both paths
+    (the first case is a TensorCore decode, which reads the pages through the table; the others
+    gather them), and on "exact" the CPU's (torch CPU tensors). A packed batch (cu_seqlens_q)
+    against attention_varlen likewise."""
+    cases = [
+        # (B, Hq, Hkv, Sq, D), key lengths, page size, dtype, causal
+        ((4, 8, 2, 1, 128), [4500, 2100, 0, 1], 16, "bf16", False),
+        ((3, 4, 4, 7, 64), [300, 17, 256], 256, "f16", True),
+        ((2, 4, 1, 33, 256), [33, 700], 64, "f16", True),
+        ((2, 2, 2, 5, 80), [90, 5], 32, "f32", False),
+    ]
+    bad, lines = [], []
+    st = torch.cuda.Stream()
+    for i, ((b, hq, hkv, sq, d), lens, page, tag, causal) in enumerate(cases):
+        x = generate((b, hq, hkv, sq, max(lens), d), tag, 300 + i)
+        q = x["q"].transpose(0, 2, 1, 3)  # [B, Sq, Hq, D]
+        kp, vp, table = paginate(x["k"], x["v"], page, 400 + i, kv_lens=lens)
+        k, v = (x[n].transpose(0, 2, 1, 3) for n in ("k", "v"))  # contiguous keys, [B, Skv, Hkv, D]
+        dev = [to_dev(a, tag) for a in (q, kp, vp)]
+        ctg = [to_dev(a, tag) for a in (q, k, v)]
+        lens_dev = torch.tensor(lens, dtype=torch.int32, device=DEV)
+        table_dev = torch.from_numpy(table).to(DEV)
+        cpu = detattn.attention(*(to_host(a, tag) for a in (q, k, v)), layout="bshd", kv_lens=lens, causal=causal,
+                                return_lse=True)
+        for path in ("exact", "tensorcore"):
+            if path == "tensorcore" and (tag == "f32" or d not in (64, 128, 256)):
+                continue
+            with torch.cuda.stream(st):
+                o, l = detattn.attention_with_kvcache(*dev, cache_seqlens=lens_dev, block_table=table_dev,
+                                                      causal=causal, path=path, return_lse=True)
+                co, cl = detattn.attention(*ctg, layout="bshd", kv_lens=lens, causal=causal, path=path,
+                                           return_lse=True)
+            st.synchronize()
+            ok = bits(o) == bits(co) and bits(l) == bits(cl)
+            if path == "exact":
+                ok = ok and bits(o) == bits(cpu[0]) and bits(l) == bits(cpu[1])
+            lines.append(f"{path} {tag} B{b} Hq{hq}/{hkv} Sq{sq} D{d} page {page}: {'ok' if ok else 'BAD'}")
+            if not ok:
+                bad.append(lines[-1])
+    # A packed batch against a paged cache: decode rows beside a prefill, as attention_varlen.
+    lq, lk, d, tag = [1, 30, 0, 1], [150, 30, 5, 64], 128, "f16"
+    cq = [0, *np.cumsum(lq).tolist()]
+    ck = [0, *np.cumsum(lk).tolist()]
+    x = generate((1, 4, 2, sum(lq), sum(lk), d), tag, 310)
+    q, k, v = (x[n][0].transpose(1, 0, 2) for n in ("q", "k", "v"))  # [total, H, D]
+    kp, vp, table = paginate(x["k"], x["v"], 64, 410, cu_seqlens_k=ck)
+    i32 = lambda a: torch.tensor(a, dtype=torch.int32, device=DEV)  # noqa: E731
+    for path in ("exact", "tensorcore"):
+        with torch.cuda.stream(st):
+            o, l = detattn.attention_with_kvcache(
+                *(to_dev(a, tag) for a in (q, kp, vp)), cache_seqlens=i32(lk), block_table=i32(table),
+                cu_seqlens_q=i32(cq), causal=True, path=path, return_lse=True,
+            )
+            vo, vl = detattn.attention_varlen(*(to_dev(a, tag) for a in (q, k, v)), cq, ck, causal=True, path=path,
+                                              return_lse=True)
+        st.synchronize()
+        ok = bits(o) == bits(vo) and bits(l) == bits(vl)
+        if path == "exact":
+            ho, hl = detattn.attention_varlen(*(to_host(a, tag) for a in (q, k, v)), cq, ck, causal=True,
+                                              return_lse=True)
+            ok = ok and bits(o) == bits(ho) and bits(l) == bits(hl)
+        lines.append(f"{path} packed {len(lq)} sequences: {'ok' if ok else 'BAD'}")
+        if not ok:
+            bad.append(lines[-1])
+    record("paged", not bad, "; ".join(lines))
+
+
 @check
 def hf(args):
     import transformers
@@ -630,14 +713,14 @@ def hf(args):
            f"{sum(r['outputs_equal'] for r in drows)}; generated tokens equal {same_tokens}", drows)
 
 
-CHECKS = [env, selftest, cli, nocopy, stream, dropin, threads, lse, varlen, hf]
+CHECKS = [env, selftest, cli, nocopy, stream, dropin, threads, lse, varlen, paged, hf]
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", default=None)
-    ap.add_argument("--only", default=None)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cli", default=None, help="the detattn binary (the cli check)")
+    ap.add_argument("--only", default=None, help="comma-separated checks: " + ",".join(c.__name__ for c in CHECKS))
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="where python-gpu.json goes")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
     for c in CHECKS:

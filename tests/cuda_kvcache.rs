@@ -31,14 +31,14 @@ mod layout_common;
 
 use cudarc::driver::{DevicePtr, DevicePtrMut, SyncOnDrop};
 use detattn::cuda::{
-    CudaSlice, CudaStream, DevicePagedKv, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut,
-    PagedRead, RawDeviceOut, RawDevicePagedKv, RawDeviceQkv, RawDeviceTensor, ValidAsZeroBits,
+    CudaSlice, CudaStream, DeviceQkv, DeviceRepr, DeviceTensor, DeviceTensorMut, PagedRead,
+    RawDeviceOut, RawDevicePagedKv, RawDeviceQkv, RawDeviceTensor, ValidAsZeroBits,
 };
 use detattn::inputs::{GenOptions, Paged, SplitMix64, generate, paginate};
 use detattn::tensor::gather;
 use detattn::{
-    CausalAlign, DType, Element, Engine, Error, KvCache, Layout, NonFinitePolicy, Path, Problem,
-    TensorName, bf16, f16,
+    CausalAlign, DType, Element, Engine, Error, KvCache, Layout, NonFinitePolicy, PagedCache, Path,
+    Problem, TensorName, bf16, f16,
 };
 use gpu_common::{gpu, loud};
 use kvcache_common::{
@@ -81,9 +81,30 @@ fn random_varlen(rng: &mut SplitMix64, path: Path) -> Problem {
     }
 }
 
-/// `p` through the device entry point of paged caches (`run_device_paged`): Q and the output
-/// contiguous, the pages as `paginate` lays them out; with `lse`, the log-sum-exp too
-/// (`DeviceTensorMut::with_lse`; else the second vector is empty).
+/// `c`'s cache (its table and sizes) with its pages `k` and `v` where a device entry point takes
+/// them: device buffers (`DevicePagedKv`) or raw addresses (`RawDevicePagedKv`).
+fn with_pages<T, X>(c: &Paged<T>, k: X, v: X) -> PagedCache<'_, X> {
+    PagedCache {
+        k,
+        v,
+        num_pages: c.num_pages,
+        page_size: c.page_size,
+        block_table: &c.block_table,
+        max_pages: c.max_pages,
+    }
+}
+
+/// The device entry points of paged caches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PagedEntry {
+    /// `run_device_paged` (cudarc buffers).
+    Device,
+    /// `run_device_raw_paged` (raw addresses on the device's stream: the Python package's).
+    Raw,
+}
+
+/// `p` through a device entry point of paged caches: Q and the output contiguous, the pages as
+/// `paginate` lays them out; with `lse`, the log-sum-exp too (else the second vector is empty).
 fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
     e: &Engine,
     p: &Problem,
@@ -91,6 +112,7 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
     c: &Paged<T>,
     mask: Option<&[bool]>,
     lse: bool,
+    entry: PagedEntry,
 ) -> Result<(Vec<T>, Vec<f32>), Error> {
     let cb = e.cuda().expect("a CUDA engine");
     let st = cb.stream();
@@ -99,80 +121,26 @@ fn device_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
     let up = |t: &[T]| st.clone_htod(t).expect("upload");
     let (dq, dk, dv) = (up(q), up(&c.k), up(&c.v));
     let dm = upload_mask(&st, mask);
-    let cache = DevicePagedKv {
-        k: DeviceTensor::new(&dk, c.layout),
-        v: DeviceTensor::new(&dv, c.layout),
-        num_pages: c.num_pages,
-        page_size: c.page_size,
-        block_table: &c.block_table,
-        max_pages: c.max_pages,
-    };
     let mut dout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
     let mut dlse = lse.then(|| poisoned_lse(&st, lse_len(p)));
-    let mut out = DeviceTensorMut::new(&mut dout, ql);
-    if let Some(l) = dlse.as_mut() {
-        out = out.with_lse(l);
-    }
-    cb.run_device_paged(
-        e.path(),
-        &st,
-        p,
-        DeviceTensor::new(&dq, ql),
-        &cache,
-        dm.as_ref(),
-        out,
-    )?;
-    Ok((
-        st.clone_dtoh(&dout).expect("download"),
-        dlse.map_or(Vec::new(), |l| st.clone_dtoh(&l).expect("download")),
-    ))
-}
-
-/// `p` through the raw-address entry point of paged caches (`run_device_raw_paged`, the Python
-/// package's): the buffers of [`device_paged`] given by their addresses on the device's stream,
-/// with the log-sum-exp: (output, log-sum-exp).
-fn raw_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
-    e: &Engine,
-    p: &Problem,
-    q: &[T],
-    c: &Paged<T>,
-    mask: Option<&[bool]>,
-) -> Result<(Vec<T>, Vec<f32>), Error> {
-    let cb = e.cuda().expect("a CUDA engine");
-    let st = cb.stream();
-    let s = p.shape();
-    let ql = Layout::bhsd(s.q_heads, s.q_len, s.head_dim);
-    let up = |t: &[T]| st.clone_htod(t).expect("upload");
-    let (dq, dk, dv) = (up(q), up(&c.k), up(&c.v));
-    let dm = upload_mask(&st, mask);
-    let pages = DeviceQkv {
-        q: DeviceTensor::new(&dq, ql),
-        k: DeviceTensor::new(&dk, c.layout),
-        v: DeviceTensor::new(&dv, c.layout),
-        mask: dm.as_ref(),
-    };
-    let mut rout = up(&vec![T::from_bits_u32(0x5EED); q.len()]);
-    let mut rlse = poisoned_lse(&st, lse_len(p));
-    {
-        let (rx, _gx) = raw_inputs(&pages, &st);
-        let (po, _go) = rout.device_ptr_mut(&st);
-        let nl = rlse.len();
-        let (pl, _gl) = rlse.device_ptr_mut(&st);
-        let cache = RawDevicePagedKv {
-            k: rx.k,
-            v: rx.v,
-            num_pages: c.num_pages,
-            page_size: c.page_size,
-            block_table: &c.block_table,
-            max_pages: c.max_pages,
+    if entry == PagedEntry::Raw {
+        let pages = DeviceQkv {
+            q: DeviceTensor::new(&dq, ql),
+            k: DeviceTensor::new(&dk, c.layout),
+            v: DeviceTensor::new(&dv, c.layout),
+            mask: dm.as_ref(),
         };
+        let (rx, _gx) = raw_inputs(&pages, &st);
+        let (po, _go) = dout.device_ptr_mut(&st);
+        let lse = dlse.as_mut().map(|l| (l.len(), l.device_ptr_mut(&st)));
+        let cache: RawDevicePagedKv<'_> = with_pages(c, rx.k, rx.v);
         let ro = RawDeviceOut {
             out: RawDeviceTensor {
                 ptr: po,
                 len: q.len(),
                 layout: ql,
             },
-            lse: Some((pl, nl)),
+            lse: lse.as_ref().map(|(n, (pl, _))| (*pl, *n)),
         };
         // SAFETY: the device's own stream; every buffer is a live allocation of this device,
         // held (with its cudarc stream guard) until the stream has run the work (the downloads
@@ -181,10 +149,29 @@ fn raw_paged<T: Element + DeviceRepr + ValidAsZeroBits>(
         unsafe {
             cb.run_device_raw_paged::<T>(e.path(), raw_stream(&st), p, &rx.q, &cache, rx.mask, &ro)?
         };
+    } else {
+        let cache = with_pages(
+            c,
+            DeviceTensor::new(&dk, c.layout),
+            DeviceTensor::new(&dv, c.layout),
+        );
+        let mut out = DeviceTensorMut::new(&mut dout, ql);
+        if let Some(l) = dlse.as_mut() {
+            out = out.with_lse(l);
+        }
+        cb.run_device_paged(
+            e.path(),
+            &st,
+            p,
+            DeviceTensor::new(&dq, ql),
+            &cache,
+            dm.as_ref(),
+            out,
+        )?;
     }
     Ok((
-        st.clone_dtoh(&rout).expect("download"),
-        st.clone_dtoh(&rlse).expect("download"),
+        st.clone_dtoh(&dout).expect("download"),
+        dlse.map_or(Vec::new(), |l| st.clone_dtoh(&l).expect("download")),
     ))
 }
 
@@ -443,22 +430,19 @@ fn one<T: Element + DeviceRepr + ValidAsZeroBits>(e: &Engine, p: &Problem, seed:
             bits(&out),
             "{what}: paged {page} != contiguous {p:?}"
         );
-        let (dev, dev_lse) = device_paged(e, p, &x.q, &c, None, true)
-            .unwrap_or_else(|err| panic!("{what} device paged {page}: {err}"));
-        assert_eq!(bits(&dev), bits(&out), "{what}: device paged {page} {p:?}");
-        assert_eq!(
-            bits(&dev_lse),
-            bits(&lse),
-            "{what}: device paged {page} lse {p:?}"
-        );
-        let (raw, raw_lse) = raw_paged(e, p, &x.q, &c, None)
-            .unwrap_or_else(|err| panic!("{what} raw paged {page}: {err}"));
-        assert_eq!(bits(&raw), bits(&out), "{what}: raw paged {page} {p:?}");
-        assert_eq!(
-            bits(&raw_lse),
-            bits(&lse),
-            "{what}: raw paged {page} lse {p:?}"
-        );
+        for (entry, name) in [
+            (PagedEntry::Device, "device"),
+            (PagedEntry::Raw, "raw device"),
+        ] {
+            let (dev, dev_lse) = device_paged(e, p, &x.q, &c, None, true, entry)
+                .unwrap_or_else(|err| panic!("{what} {name} paged {page}: {err}"));
+            assert_eq!(bits(&dev), bits(&out), "{what}: {name} paged {page} {p:?}");
+            assert_eq!(
+                bits(&dev_lse),
+                bits(&lse),
+                "{what}: {name} paged {page} lse {p:?}"
+            );
+        }
     }
     s.q_heads * s.q_len
 }
@@ -632,9 +616,9 @@ fn paged_one<T: Element + DeviceRepr + ValidAsZeroBits>(
     assert_eq!(bits(&got.0), bits(&want.0), "paged {page} {p:?}");
     assert_eq!(bits(&got.1), bits(&want.1), "paged {page} lse {p:?}");
     // The device entry points, each with the log-sum-exp: the host's bits.
-    let dev = device_paged(e, p, &x.q, &c, mask, true)
+    let dev = device_paged(e, p, &x.q, &c, mask, true, PagedEntry::Device)
         .unwrap_or_else(|err| panic!("device paged {page} {p:?}: {err}"));
-    let raw_pages = raw_paged(e, p, &x.q, &c, mask)
+    let raw_pages = device_paged(e, p, &x.q, &c, mask, true, PagedEntry::Raw)
         .unwrap_or_else(|err| panic!("raw device paged {page} {p:?}: {err}"));
     let [contig, raw] = device_and_raw(e, p, &x.q, &x.k, &x.v, mask)
         .unwrap_or_else(|err| panic!("device {p:?}: {err}"));
@@ -715,7 +699,7 @@ fn reject_reads_what_the_cpu_reads() {
             );
         }
         assert_eq!(
-            device_paged(&e, &p, &x.q, &c, None, false).unwrap_err(),
+            device_paged(&e, &p, &x.q, &c, None, false, PagedEntry::Device).unwrap_err(),
             Error::NonFinite {
                 tensor: TensorName::V
             },
@@ -728,13 +712,16 @@ fn reject_reads_what_the_cpu_reads() {
             run_cache_on(&e, &p, &x.q, KvCache::Paged(bad.cache()), None, false).unwrap_err();
         assert!(matches!(want, Error::BlockTableEntry { .. }), "{want:?}");
         assert_eq!(
-            device_paged(&e, &p, &x.q, &bad, None, false).unwrap_err(),
+            device_paged(&e, &p, &x.q, &bad, None, false, PagedEntry::Device).unwrap_err(),
             want
         );
-        assert_eq!(raw_paged(&e, &p, &x.q, &bad, None).unwrap_err(), want);
+        assert_eq!(
+            device_paged(&e, &p, &x.q, &bad, None, false, PagedEntry::Raw).unwrap_err(),
+            want
+        );
         // A NaN in a used page row through the raw-address entry point too.
         assert_eq!(
-            raw_paged(&e, &p, &x.q, &c, None).unwrap_err(),
+            device_paged(&e, &p, &x.q, &c, None, false, PagedEntry::Raw).unwrap_err(),
             Error::NonFinite {
                 tensor: TensorName::V
             },
@@ -808,14 +795,11 @@ fn device_log_sum_exp_errors_write_nothing() {
         }
         let c = paginate(&p, &x.k, &x.v, 32, 5).unwrap();
         let (pk, pv) = (up(&c.k), up(&c.v));
-        let cache = DevicePagedKv {
-            k: DeviceTensor::new(&pk, c.layout),
-            v: DeviceTensor::new(&pv, c.layout),
-            num_pages: c.num_pages,
-            page_size: c.page_size,
-            block_table: &c.block_table,
-            max_pages: c.max_pages,
-        };
+        let cache = with_pages(
+            &c,
+            DeviceTensor::new(&pk, c.layout),
+            DeviceTensor::new(&pv, c.layout),
+        );
         let mut dlse = poisoned_lse(&st, n + 3);
         let r = cb.run_device_paged(
             path,

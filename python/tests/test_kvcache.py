@@ -24,6 +24,16 @@ def kv(b, hkv, skv, d, dt, rng):
     return rand((b, hkv, skv, d), dt, rng), rand((b, hkv, skv, d), dt, rng)
 
 
+def setup(lens, dt, dims, page, seed):
+    """A problem of `lens` keys per sequence, `dims` = (Sq, Hq, Hkv, D): q [B, Sq, Hq, D],
+    contiguous K and V [B, Hkv, max(lens), D], and their paged cache (pages, block table)."""
+    sq, hq, hkv, d = dims
+    rng = np.random.default_rng(seed)
+    q = rand((len(lens), sq, hq, d), dt, rng)
+    k, v = kv(len(lens), hkv, max(lens), d, dt, rng)
+    return (q, k, v, *paginate(k, v, page, seed=seed, kv_lens=lens))
+
+
 def bshd(x):
     """A [B, H, S, D] array seen as [B, S, H, D] (a view)."""
     return x.transpose(0, 2, 1, 3)
@@ -76,11 +86,8 @@ def test_paged_is_the_contiguous_bits(dt, d, page, causal):
 
 
 def test_top_left_scale_and_out_in_place():
-    rng = np.random.default_rng(11)
     lens = [40, 17]
-    q = rand((2, 20, 4, 64), "f16", rng)
-    k, v = kv(2, 2, 40, 64, "f16", rng)
-    kp, vp, table = paginate(k, v, 16, seed=3, kv_lens=lens)
+    q, k, v, kp, vp, table = setup(lens, "f16", (20, 4, 2, 64), 16, seed=11)
     opts = dict(causal=True, causal_align="top-left", scale=0.3)
     out = np.full(q.shape, 7.0, np.float16)
     got = detattn.attention_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table.tolist(), out=out, **opts)
@@ -91,10 +98,7 @@ def test_top_left_scale_and_out_in_place():
 
 def test_one_length_for_every_sequence():
     # An int cache_seqlens, as FlashAttention takes it.
-    rng = np.random.default_rng(12)
-    q = rand((3, 1, 2, 64), "bf16", rng)
-    k, v = kv(3, 2, 50, 64, "bf16", rng)
-    kp, vp, table = paginate(k, v, 32, seed=4)
+    q, k, v, kp, vp, table = setup([50] * 3, "bf16", (1, 2, 2, 64), 32, seed=12)
     got = detattn.attention_with_kvcache(q, kp, vp, cache_seqlens=50, block_table=table)
     want = detattn.attention(q, bshd(k), bshd(v), layout="bshd")
     assert np.array_equal(u8(got), u8(want))
@@ -102,12 +106,9 @@ def test_one_length_for_every_sequence():
 
 def test_a_mask_with_a_paged_cache():
     # The mask's last dimension is Skv = max(cache_seqlens) for a paged cache.
-    rng = np.random.default_rng(13)
     lens = [30, 9]
-    q = rand((2, 5, 4, 64), "f32", rng)
-    k, v = kv(2, 4, 30, 64, "f32", rng)
-    mask = rng.uniform(size=(2, 4, 5, 30)) < 0.7
-    kp, vp, table = paginate(k, v, 16, seed=5, kv_lens=lens)
+    q, k, v, kp, vp, table = setup(lens, "f32", (5, 4, 4, 64), 16, seed=13)
+    mask = np.random.default_rng(5).uniform(size=(2, 4, 5, 30)) < 0.7
     got = detattn.attention_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, attn_mask=mask)
     want = detattn.attention(q, bshd(k), bshd(v), layout="bshd", kv_lens=lens, attn_mask=mask)
     assert np.array_equal(u8(got), u8(want))
@@ -136,11 +137,8 @@ def test_a_packed_batch_in_a_paged_cache():
 def test_only_the_rows_in_use_are_read():
     # paginate fills every unused row with NaN and the calls above pass under "reject"; a NaN in a
     # used row is the library's NonFiniteError naming the tensor.
-    rng = np.random.default_rng(15)
     lens = [20, 5]
-    q = rand((2, 1, 2, 64), "f32", rng)
-    k, v = kv(2, 2, 20, 64, "f32", rng)
-    kp, vp, table = paginate(k, v, 16, seed=7, kv_lens=lens)
+    q, _, _, kp, vp, table = setup(lens, "f32", (1, 2, 2, 64), 16, seed=15)
     vp[table[1, 0], 4, 1, 3] = np.inf  # sequence 1, key 4 (its last), kv head 1
     out = np.full(q.shape, 7.0, np.float32)
     with pytest.raises(detattn.NonFiniteError) as e:
@@ -153,11 +151,8 @@ def test_only_the_rows_in_use_are_read():
 
 
 def _case():
-    rng = np.random.default_rng(16)
     lens = [40, 3]
-    q = rand((2, 2, 4, 64), "f32", rng)
-    k, v = kv(2, 2, 40, 64, "f32", rng)
-    kp, vp, table = paginate(k, v, 16, seed=8, kv_lens=lens)
+    q, _, _, kp, vp, table = setup(lens, "f32", (2, 4, 2, 64), 16, seed=16)
     return q, kp, vp, table, lens
 
 

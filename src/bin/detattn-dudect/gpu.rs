@@ -54,6 +54,9 @@ struct GpuTimer<'a, T> {
     /// pair, that pair into the second, and so on, instead of calling the library. Empty: the
     /// library.
     copy_to: Vec<(CudaSlice<T>, CudaSlice<T>)>,
+    /// With the copy controls, for the mask classes: the mask's copies alike (its values are those
+    /// classes' secret; the kernels read it as they read K and V).
+    mask_to: Vec<CudaSlice<u8>>,
 }
 
 /// A paged cache's shape: `num_pages` pages of `[heads, size, head_dim]`, sequence b's page i
@@ -187,6 +190,9 @@ impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, 
         let copy_to = (0..copies)
             .map(|_| Ok((zeros(kv_elems)?, zeros(kv_elems)?)))
             .collect::<Result<Vec<_>, String>>()?;
+        let mask_to = (0..copies)
+            .map(|_| stream.alloc_zeros::<u8>(mn.max(1)).map_err(err))
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(GpuTimer {
             setup,
             engine,
@@ -202,6 +208,7 @@ impl<'a, T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> GpuTimer<'a, 
             last: Vec::new(),
             flush,
             copy_to,
+            mask_to,
         })
     }
 }
@@ -232,11 +239,19 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
             let (k2, v2) = &mut self.copy_to[0];
             st.memcpy_dtod(&self.k, k2).map_err(err)?;
             st.memcpy_dtod(&self.v, v2).map_err(err)?;
+            if c.masked() {
+                st.memcpy_dtod(&self.mask, &mut self.mask_to[0])
+                    .map_err(err)?;
+            }
             for i in 1..self.copy_to.len() {
                 let (done, next) = self.copy_to.split_at_mut(i);
                 let ((k, v), (k2, v2)) = (&done[i - 1], &mut next[0]);
                 st.memcpy_dtod(k, k2).map_err(err)?;
                 st.memcpy_dtod(v, v2).map_err(err)?;
+                if c.masked() {
+                    let (done, next) = self.mask_to.split_at_mut(i);
+                    st.memcpy_dtod(&done[i - 1], &mut next[0]).map_err(err)?;
+                }
             }
             e1.record(st).map_err(err)?;
             e1.synchronize().map_err(err)?;
@@ -302,8 +317,10 @@ impl<T: Element + DeviceRepr + ValidAsZeroBits + ClassElement> Timer for GpuTime
         };
         if !self.copy_to.is_empty() {
             let what = match self.copy_to.len() {
-                1 => "memcpy: a device copy of K and V".to_string(),
-                n => format!("memcpy-reread: {n} device copies of K and V in a chain"),
+                1 => "memcpy: a device copy of K and V (and the mask)".to_string(),
+                n => {
+                    format!("memcpy-reread: {n} device copies of K and V (and the mask) in a chain")
+                }
             };
             return format!(
                 "{} (CONTROL {what}, no attention; {}, {l2}), timer CUDA events (µs, reported \

@@ -76,7 +76,8 @@ enum Kernel {
     /// see `tile_copy::Variant::Hardened`).
     CopyHardened,
     /// GPU only, a control: no attention at all, a device-to-device copy of the class's K and V
-    /// (the driver's copy). What it shows is the GPU's own dependence on the values moved.
+    /// (the driver's copy), and of its mask for the mask classes. What it shows is the GPU's own
+    /// dependence on the values moved.
     Memcpy,
     /// GPU only, a control: the copy of `memcpy`, then a copy of that copy, so the second reads
     /// lines the first just wrote (as each attention kernel reads what the one before wrote).

@@ -13,9 +13,10 @@
 //   hmma  mma.sync.m16n8k16 bf16 x bf16 -> f32, four independent accumulators (S = Q·Kᵀ, P·V)
 //   ex2   ex2.approx.ftz.f32 on each operand, summed into four accumulators (the softmax's p)
 //   ffma  fma.rn.f32 chains on the operands (a control: the plain FP32 pipe)
-// Classes: random (small normal-ish values), zeros, and for hmma "quarter zeros" (a quarter of the
-// A operand's elements +0: P under a random mask); for ex2 finite scores in [-20, 0], "quarter
-// -inf" (a random mask's masked scores) and "all -inf". Not part of the crate or its tests: a
+// Classes: random (small normal-ish values), zeros, subnormals (bf16 for hmma, f32 for ffma: the
+// inputs' "subnormals" class), and for hmma "quarter zeros" (a quarter of the A operand's elements
+// +0: P under a random mask); for ex2 finite scores in [-20, 0], "quarter -inf" (a random mask's
+// masked scores) and "all -inf". Not part of the crate or its tests: a
 // measurement aid whose output is recorded in docs/audit.md.
 #include <cuda_bf16.h>
 #include <cmath>
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
                 const bool a_operand = (i / 32) % 6 < 4;
                 if (cls == 2 && a_operand && ud(rng) < 0.25f) x = 0.0f;
                 h[j] = bf16_bits(x);
+                // bf16 subnormal: exponent field 0, a random non-zero fraction and sign.
+                if (cls == 3) h[j] = (uint16_t)((rng() & 0x8000u) | (1u + rng() % 0x7Fu));
             }
             w[i] = h[0] | ((uint32_t)h[1] << 16);
         }
@@ -161,13 +164,17 @@ int main(int argc, char** argv) {
                 v[i] = x;
             } else {  // ffma
                 v[i] = cls == 1 ? 0.0f : nd(rng) * 0.01f;
+                if (cls == 2) {  // f32 subnormal
+                    const uint32_t u = (rng() & 0x80000000u) | (1u + rng() % 0x7FFFFFu);
+                    memcpy(&v[i], &u, 4);
+                }
             }
         }
         return v;
     };
-    const char* names[3][3] = {{"random", "zeros", "quarter zeros (A)"},
-                               {"finite", "all -inf", "quarter -inf"},
-                               {"random", "zeros", nullptr}};
+    const char* names[3][4] = {{"random", "zeros", "quarter zeros (A)", "subnormals"},
+                               {"finite", "all -inf", "quarter -inf", nullptr},
+                               {"random", "zeros", "subnormals", nullptr}};
     const char* kname[3] = {"hmma", "ex2", "ffma"};
     float* out;
     CK(cudaMalloc(&out, BLOCKS * THREADS * sizeof(float)));
@@ -175,7 +182,8 @@ int main(int argc, char** argv) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     for (int kernel = 0; kernel < 3; ++kernel) {
-        const int ncls = names[kernel][2] ? 3 : 2;
+        int ncls = 0;
+        while (ncls < 4 && names[kernel][ncls]) ++ncls;
         std::vector<void*> buf(ncls);
         for (int c = 0; c < ncls; ++c) {
             if (kernel == 0) {

@@ -1113,15 +1113,16 @@ struct DecRows {
 };
 
 // The facts of each row that dec_scores' finish needs every tile, by position only: its key limit
-// and its mask row. Up to four rows (NG = 1: the usual decode) they are formed once per block and
-// kept in registers: formed every tile they took about 260 of the finish's ~570 instructions a warp
-// and tile (dec_row's loop over the rows, the mask row's 64-bit address; docs/perf.md). With more
-// rows they are formed again each tile: kept for 16 rows, they spilled on sm_100 and sm_120.
+// and its mask row. Up to eight rows (NG ≤ 2: the usual decode, GQA groups of up to 8, or 4 with two
+// speculative tokens) they are formed once per block and kept in registers (12 or 24): formed every
+// tile they took about 260 of the finish's ~570 instructions a warp and tile at four rows (dec_row's
+// loop over the rows, the mask row's 64-bit address; docs/perf.md). With 16 rows they are formed
+// again each tile: kept for 16 rows (2026-11-26), they spilled on sm_100 and sm_120.
 template <int NG>
 struct DecRowFacts {
-    static constexpr bool KEEP = NG == 1;
-    int lim[KEEP ? 4 : 1];
-    const unsigned char* mrow[KEEP ? 4 : 1];
+    static constexpr bool KEEP = NG <= 2;
+    int lim[KEEP ? 4 * NG : 1];
+    const unsigned char* mrow[KEEP ? 4 * NG : 1];
     __device__ __forceinline__ static void form(const DecParams& P, const DecHead& H, int r, int& lm,
                                                 const unsigned char*& mr) {
         int h, i;
@@ -1132,7 +1133,7 @@ struct DecRowFacts {
     __device__ __forceinline__ DecRowFacts(const DecParams& P, const DecHead& H) {
         if (KEEP) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) form(P, H, min(r, P.R - 1), lim[r], mrow[r]);
+            for (int r = 0; r < 4 * NG; ++r) form(P, H, min(r, P.R - 1), lim[r], mrow[r]);
         }
     }
     // Row r < R (r a compile-time index in the caller's unrolled loops).

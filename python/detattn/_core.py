@@ -238,7 +238,9 @@ def attention_varlen(
     return _run_packed(aq, _batch_of_one(ak), _batch_of_one(av), cu_q, cu_k, *opts)
 
 
-def _run_packed(aq, ak, av, cu_q, cu_k, causal, align, scale, path, nonfinite, out, return_lse, paged=None):
+def _run_packed(
+    aq, ak, av, cu_q, cu_k, causal, align, scale, path, nonfinite, out, return_lse, paged=None, names=("k", "v")
+):
     """A packed batch: ``aq`` ``[total_q, Hq, D]`` run as the batch element of a varlen problem
     against ``ak``/``av`` (``[1, total_k, Hkv, D]``, or the pages of ``paged``); the result
     ``[total_q, Hq, D]`` (or ``out``) and the log-sum-exp ``[Hq, total_q]``."""
@@ -265,11 +267,16 @@ def _run_packed(aq, ak, av, cu_q, cu_k, causal, align, scale, path, nonfinite, o
         return_lse,
         varlen=(cu_q, cu_k),
         paged=paged,
+        names=names,
     )
     o, lse = res if return_lse else (res, None)
     # A new result is [1, total_q, Hq, D]: its batch element; a given `out` is the caller's own.
     o = out if out is not None else o[0]
     return (o, lse[0]) if return_lse else o
+
+
+# The names the keys and values have in attention_with_kvcache's signature, for `_run`'s errors.
+_CACHE_NAMES = ("k_cache", "v_cache")
 
 
 def attention_with_kvcache(
@@ -358,7 +365,7 @@ def attention_with_kvcache(
         if any(n > ak.shape[1] for n in lens):
             raise ValueError(f"cache_seqlens must be at most the cache's length Skv = {ak.shape[1]}, got {lens}")
         opts = (causal, causal_align, scale, attn_mask, lens, "bshd", path, nonfinite, out, return_lse)
-        return _run(aq, ak, av, *opts)
+        return _run(aq, ak, av, *opts, names=_CACHE_NAMES)
     table, max_pages = _block_table(block_table, seqs)
     opts = (causal, causal_align, scale)
     if packed:
@@ -366,9 +373,13 @@ def attention_with_kvcache(
             raise ValueError("cache_seqlens must give a packed batch (cu_seqlens_q) at least one key")
         cu_k = [0, *itertools.accumulate(lens)]
         pages = {"kv_len": cu_k[-1], "block_table": table, "max_pages": max_pages}
-        return _run_packed(aq, ak, av, cu_q, cu_k, *opts, path, nonfinite, out, return_lse, paged=pages)
+        return _run_packed(
+            aq, ak, av, cu_q, cu_k, *opts, path, nonfinite, out, return_lse, paged=pages, names=_CACHE_NAMES
+        )
     pages = {"kv_len": max([1, *lens]), "block_table": table, "max_pages": max_pages}
-    return _run(aq, ak, av, *opts, attn_mask, lens, "bshd", path, nonfinite, out, return_lse, paged=pages)
+    return _run(
+        aq, ak, av, *opts, attn_mask, lens, "bshd", path, nonfinite, out, return_lse, paged=pages, names=_CACHE_NAMES
+    )
 
 
 _INTS = {f"{s}int{n}" for s in ("", "u") for n in (8, 16, 32, 64)}
@@ -441,21 +452,23 @@ def _run(
     return_lse=False,
     varlen=None,
     paged=None,
+    names=("k", "v"),
 ):
+    kn, vn = names  # what the caller's signature calls the keys and values, for the errors
     if aq.dtype not in _FLOATS:
         raise ValueError(f"q has dtype {_dtype_name(aq.dtype)}; detattn takes float32, float16 and bfloat16")
-    for name, a in (("k", ak), ("v", av)):
+    for name, a in ((kn, ak), (vn, av)):
         if a.dtype != aq.dtype:
             raise ValueError(
-                f"q, k and v must have one dtype: q is {_dtype_name(aq.dtype)}, {name} is {_dtype_name(a.dtype)}"
+                f"q, {kn} and {vn} must have one dtype: q is {_dtype_name(aq.dtype)}, {name} is {_dtype_name(a.dtype)}"
             )
         if a.device != aq.device:
             raise ValueError(f"q is on {aq.device_name}, {name} on {a.device_name}: put them on one device")
     (b, hq, sq, d), qs = _bhsd(aq, layout, "q")
-    (bk, hkv, skv, dk), ks = _bhsd(ak, layout, "k")
-    kv_dims, vs = _bhsd(av, layout, "v")
+    (bk, hkv, skv, dk), ks = _bhsd(ak, layout, kn)
+    kv_dims, vs = _bhsd(av, layout, vn)
     if kv_dims != (bk, hkv, skv, dk):
-        raise ValueError(f"k and v must have the same shape, got {ak.shape} and {av.shape}")
+        raise ValueError(f"{kn} and {vn} must have the same shape, got {ak.shape} and {av.shape}")
     cache = None
     if paged is not None:
         # K and V are the pages: the batch dimension is the page, the rows are a page's; the
@@ -464,7 +477,7 @@ def _run(
         bk, skv = b, paged["kv_len"]
     if (bk, dk) != (b, d):
         raise ValueError(
-            f"q and k must have the same batch size and head_dim: q {aq.shape}, k {ak.shape} (layout {layout!r})"
+            f"q and {kn} must have the same batch size and head_dim: q {aq.shape}, {kn} {ak.shape} (layout {layout!r})"
         )
     oshape = (b, hq, sq, d) if layout == "bhsd" else (b, sq, hq, d)
     if out is None:

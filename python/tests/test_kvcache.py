@@ -194,6 +194,10 @@ ERRORS = [
     ("lengths dtype", lambda a: a.update(cache_seqlens=np.array([40.0, 3.0])), r"cache_seqlens must hold integers"),
     ("packed without pages", lambda a: a.update(q=a["q"][0], cu_seqlens_q=[0, 2], block_table=None),
      r"cu_seqlens_q takes a paged cache"),
+    # (Checked past attention_with_kvcache's own checks, by the path every call takes: the
+    # message still names the caller's argument.)
+    ("cache head_dim strided", lambda a: a.update(k_cache=np.repeat(a["k_cache"], 2, axis=3)[..., ::2]),
+     r"k_cache's last dimension \(head_dim\) must be contiguous"),
 ]
 
 

@@ -1117,7 +1117,7 @@ struct DecRows {
 // speculative tokens) they are formed once per block and kept in registers (12 or 24): formed every
 // tile they took about 260 of the finish's ~570 instructions a warp and tile at four rows (dec_row's
 // loop over the rows, the mask row's 64-bit address; docs/perf.md). With 16 rows they are formed
-// again each tile: kept for 16 rows (2026-11-26), they spilled on sm_100 and sm_120.
+// again each tile: kept for 16 rows they spill (8-16 bytes of stack on sm_90, sm_100 and sm_120).
 template <int NG>
 struct DecRowFacts {
     static constexpr bool KEEP = NG <= 2;

@@ -9,7 +9,7 @@
 //   nvcc -arch=sm_90 -O3 -o /tmp/probe_values scripts/probe_value_timing.cu && /tmp/probe_values [reps]
 //
 // Kernels (264 blocks of 256 threads; each warp cycles through 64 (hmma) or 32 operand sets held in
-// shared memory, so operands change every instruction as a tile's do):
+// shared memory, so the operands change every iteration, as a tile's do from one k-step to the next):
 //   hmma  mma.sync.m16n8k16 bf16 x bf16 -> f32, four independent accumulators (S = Q·Kᵀ, P·V)
 //   ex2   ex2.approx.ftz.f32 on each operand, summed into four accumulators (the softmax's p)
 //   ffma  fma.rn.f32 chains on the operands (a control: the plain FP32 pipe)

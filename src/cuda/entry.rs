@@ -315,6 +315,18 @@ struct DeviceCall<Pl> {
     check: bool,
 }
 
+impl<Pl> DeviceCall<Pl> {
+    /// The steps the call runs: under `Reject` the scan, its decision, then the computation;
+    /// else the computation.
+    fn steps(&self) -> &'static [Step] {
+        if self.check {
+            &[Step::Check, Step::Compute { checked: true }]
+        } else {
+            &[Step::Compute { checked: false }]
+        }
+    }
+}
+
 /// Every check of a device call in the crate's order, then its allocations.
 fn prepare_device<P: GpuPath, T: Element>(
     dev: &Device,
@@ -445,12 +457,7 @@ fn run_steps<P: GpuPath, T: Element + DeviceRepr>(
     mut out: DeviceTensorMut<'_, T>,
     pages: Option<&DeviceTable>,
 ) -> Result<()> {
-    let steps: &[Step] = if c.check {
-        &[Step::Check, Step::Compute { checked: true }]
-    } else {
-        &[Step::Compute { checked: false }]
-    };
-    for &step in steps {
+    for &step in c.steps() {
         {
             let mut g = Guards::default();
             let io = device_io(&mut g, stream, p, x, &mut out, &c.lens, pages);
@@ -1256,18 +1263,13 @@ unsafe fn raw_steps<P: GpuPath>(
         let mut g = Guards::default();
         c.scratch.iter_mut().map(|b| g.w(b, &dev.stream)).collect()
     };
-    let steps: &[Step] = if c.check {
-        &[Step::Check, Step::Compute { checked: true }]
-    } else {
-        &[Step::Compute { checked: false }]
-    };
     // SAFETY: both streams belong to this device's context (the caller's contract for `stream`).
     unsafe { launch::order_after(&dev.ctx, own, stream)? };
     let run = || -> Result<()> {
         // SAFETY: the caller's contract: every address of `pre` is live device memory of this
         // device, ordered before `stream` by the event above.
         unsafe { launch::submit(&dev.ctx, stream, pre)? };
-        for &step in steps {
+        for &step in c.steps() {
             let launches = path.launches(p, &c.plan, io, &scratch, step)?;
             // SAFETY: as above, for `io`; the scratch was allocated at the plan's sizes.
             unsafe { launch::submit(&dev.ctx, stream, &launches)? };

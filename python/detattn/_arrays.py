@@ -51,6 +51,11 @@ class Arr:
             return 0
         return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
 
+    def view(self, shape, strides) -> "Arr":
+        """The same memory seen with other dims and element strides (a packed batch as a batch of
+        one, a layout's dims reordered): nothing is copied."""
+        return Arr(self.kind, self.obj, self.ptr, shape, strides, self.dtype, self.device, self.keep)
+
 
 def _torch():
     # torch is never imported by the package: if the caller has a torch tensor, torch is loaded.

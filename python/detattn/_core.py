@@ -433,7 +433,7 @@ def _block_table(x, seqs):
 def _batch_of_one(a: Arr) -> Arr:
     """``a`` ([total, H, D]) seen as [1, total, H, D]: the packed batch element of a varlen
     problem (the same memory)."""
-    return Arr(a.kind, a.obj, a.ptr, (1, *a.shape), (0, *a.strides), a.dtype, a.device, a.keep)
+    return a.view((1, *a.shape), (0, *a.strides))
 
 
 def _run(

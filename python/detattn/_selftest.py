@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from . import _native
-from ._arrays import Arr, host_raw, wrap
+from ._arrays import host_raw, wrap
 from ._core import _call, _run, attention_varlen, attention_with_kvcache
 from .inputs import generate, paginate
 
@@ -150,13 +150,7 @@ def _run_case(case, path, device, torch):
         # A packed batch: the [1, H, total, D] inputs seen as [total, H, D] (no copy), through
         # attention_varlen.
         out = attention_varlen(*(_packed(a) for a in (q, k, v)), cu[0], cu[1], **opts)
-    if cu:
-        # The [total, Hq, D] output seen as [1, Hq, total, D] for the digest.
-        if not case["lse"]:
-            out = out[None].permute(0, 2, 1, 3) if device != "cpu" else out[None].transpose(0, 2, 1, 3)
-        else:
-            out = (None, out[1][None])
-    if not case["page_size"] and not cu:
+    else:
         out = _run(
             q,
             k,
@@ -172,6 +166,12 @@ def _run_case(case, path, device, torch):
             None,
             case["lse"],
         )
+    if cu:
+        # The [total, Hq, D] output seen as [1, Hq, total, D] for the digest.
+        if not case["lse"]:
+            out = out[None].permute(0, 2, 1, 3) if device != "cpu" else out[None].transpose(0, 2, 1, 3)
+        else:
+            out = (None, out[1][None])
     b, hq, _, sq, _, d = case["dims"]
     if case["lse"]:
         # The case's digest is of the log-sum-exp, as the f32 tensor [B, Hq, Sq, 1].
@@ -191,14 +191,14 @@ def _packed(a):
     """A contiguous ``[1, H, S, D]`` array's descriptor seen as ``[S, H, D]`` (the same memory)."""
     _, h, s, d = a.shape
     _, sh, ss, sd = a.strides
-    return Arr(a.kind, a.obj, a.ptr, (s, h, d), (ss, sh, sd), a.dtype, a.device, a.keep)
+    return a.view((s, h, d), (ss, sh, sd))
 
 
 def _bshd(a):
     """A ``[B, H, S, D]`` array's descriptor seen as ``[B, S, H, D]`` (the same memory)."""
     b, h, s, d = a.shape
     sb, sh, ss, sd = a.strides
-    return Arr(a.kind, a.obj, a.ptr, (b, s, h, d), (sb, ss, sh, sd), a.dtype, a.device, a.keep)
+    return a.view((b, s, h, d), (sb, ss, sh, sd))
 
 
 def _torch_for_gpus():

@@ -1024,6 +1024,21 @@ def audit_kernel(kernel, rules, res, params, label, flow_insensitive=False):
     an = KernelAnalysis(kernel, krule, kp, flow_insensitive)
     for ins, rule, msg in an.check():
         add(ins, rule, msg)
+    # A kernel the host may launch early (`early_launch`: programmatic dependent launch, sm_90 and
+    # later) must wait for the previous grid (ACQBULK, griddepcontrol.wait) before it touches what
+    # that grid may write: no global load of non-public memory (the taint pass's secret loads), no
+    # copy from global to shared memory and no global store may come before the first ACQBULK in the
+    # listing.
+    m = re.match(r"sm_(\d+)", kernel.arch)
+    if krule.get("early_launch") and m and int(m.group(1)) >= 90:
+        waited = False
+        for ins in kernel.instrs:
+            if ins.base == "ACQBULK" and ins.guard is None:
+                waited = True
+            elif not waited and (ins.addr in an.secret_loads or ins.base in STORES_GLOBAL
+                                 or ins.base in GLOBAL_TO_SHARED):
+                add(ins, "early-wait", f"{ins.base} before the kernel waits for the previous grid (ACQBULK): "
+                    "launched early, it may touch memory that grid is still writing")
     tainted_loads = sum(1 for ins in kernel.instrs if ins.base in GLOBAL_LOADS)
     summary = (f"{len(kernel.instrs)} instructions, {tainted_loads} global loads, shared "
                f"{'secret' if an.shared_origin is not None else 'public'}, path {krule['path']}"

@@ -386,6 +386,30 @@ class SyntheticListings(unittest.TestCase):
         self.assertEqual(self.rules_at(v, 0xc0), [], out)   # byte 0 of R7 holds nothing secret
         self.assertEqual(self.rules_at(v, 0xe0), ["taint-branch"], out)
 
+    def test_early_launch_waits_first(self):
+        # A kernel launched early (`early_launch`) reads and writes global memory only after its
+        # ACQBULK (griddepcontrol.wait) on sm_90 and later. Without cubin every global load is
+        # secret, so every LDG counts here.
+        rules = RULES.replace('"R2UR"]', '"R2UR", "ACQBULK"]').replace('path = "t"', 'path = "t"\nearly_launch = true')
+        body = ("LDG.E R4, desc[UR4][R6.64]", "STG.E desc[UR4][R6.64], R4", "EXIT")
+        for instrs, bad in ((("ACQBULK",) + body, []), (body[:1] + ("ACQBULK",) + body[1:], [0x0]),
+                            (body, [0x0, 0x10]), (("@P0 ACQBULK",) + body, [0x10, 0x20])):
+            with tempfile.TemporaryDirectory() as tmp:
+                (Path(tmp) / "r.toml").write_text(rules)
+                (Path(tmp) / "k.sass").write_text(listing(*instrs))
+                (Path(tmp) / "k.res.txt").write_text(" Function k:\n  REG:8 STACK:0 SHARED:0 LOCAL:0\n")
+                rc, out, v = run_tool("--rules", Path(tmp) / "r.toml", "--listing", Path(tmp) / "k.sass",
+                                      "--res", Path(tmp) / "k.res.txt")
+                sm80 = Path(tmp) / "k80.sass"
+                sm80.write_text(listing(*instrs).replace("sm_90", "sm_80").replace("SM90", "SM80"))
+                rc80, out80, v80 = run_tool("--rules", Path(tmp) / "r.toml", "--listing", sm80,
+                                            "--res", Path(tmp) / "k.res.txt")
+            got = sorted(int(x["addr"], 16) for x in v if x["rule"] == "early-wait")
+            self.assertEqual(got, bad, out)
+            self.assertEqual(rc, 1 if bad else 0, out)
+            # before sm_90 there is no early launch, so no wait is asked for
+            self.assertFalse([x for x in v80 if x["rule"] == "early-wait"], out80)
+
     def test_forbidden_and_unknown_opcodes(self):
         rc, out, v = self.audit("MUFU.EX2 R0, R1", "DADD R2, R2, R4", "EXIT")
         self.assertEqual(self.rules_at(v, 0x0), ["t.forbid.MUFU"], out)

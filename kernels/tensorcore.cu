@@ -35,7 +35,9 @@
 //           folding them in registers, and writes the output. NCH = ceil(Skv / TC_KCHUNK) > 1 (the
 //           split, for few kv heads): block x runs chunk x and writes its partial to `part`
 //           ([B, Hkv, NCH, 16, D + 4] f32), and tc_merge, grid (G * Sq, Hkv, B), block D threads,
-//           folds them into the output. Both give the same bits.
+//           folds them into the output. Both give the same bits. Where tc_pdl = 1 (sm_90+) the merge
+//           may be launched with programmatic stream serialisation (it waits for the decode grid
+//           before reading `part`; the host does so where both grids fit on the SMs side by side).
 //   tc_fwd with Skv > TC_KCHUNK: one launch per key chunk, chunk = 0 .. ceil(Skv / TC_KCHUNK) - 1 in
 //           order on one stream, the same grid, and `part` holding BM * (D + 8) f32 per block (the
 //           fold state of its rows) for gridDim.x * gridDim.y * gridDim.z blocks. A block writes its
@@ -129,6 +131,28 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Programmatic dependent launch (sm_90 and later; docs/tensorcore.md, "The merge launched early"). A
+// split decode lets its merge launch as soon as every block of it has started (trigger), so that the
+// merge's blocks are resident when the decode ends; the merge waits for the decode grid to complete
+// and its writes to be visible (wait) before it reads anything the decode wrote. Both depend only
+// on the launch, never on a value. Elsewhere (and on older architectures) neither is emitted and
+// the merge is an ordinary launch (the host asks for the early launch only where `tc_pdl` says so).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TC_PDL 1
+#else
+#define TC_PDL 0
+#endif
+__device__ __forceinline__ void pdl_trigger() {
+#if TC_PDL
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if TC_PDL
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -2055,6 +2079,7 @@ using tc::uint32_t;
 #define TC_KERNEL(NAME, T, D, MT, NW, BN, ST, QREG, MINB, CAUSAL, DEC, PAGED)                           \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(TC_PARAMS) {                       \
         TC_ARGS;                                                                                        \
+        if (DEC) tc::pdl_trigger(); /* a split decode's merge may launch now (it waits for this grid) */ \
         tc::fwd<T, D, MT, NW, BN, ST, QREG, CAUSAL, DEC, PAGED>(A);                                     \
     }
 // The TMA prefill kernels (tc_fwdt_*, sm_90a): TC_KERNEL's parameters, then the tensor maps of K and
@@ -2163,6 +2188,9 @@ extern "C" __constant__ int tc_tma[1] = {TC_WGMMA};
 // D = 256 decode kernels with the table's row addressing (8-16 bytes of stack, which the audit
 // forbids); the host gathers the used rows for those instead (src/cuda/tensorcore.rs reads this).
 extern "C" __constant__ int tc_paged[1] = {TC_PAGED};
+// Whether the decode kernels trigger and tc_merge_* waits (tc::pdl_trigger, tc::pdl_wait): the host
+// launches the merge with programmatic stream serialisation only where this is 1.
+extern "C" __constant__ int tc_pdl[1] = {TC_PDL};
 
 // ------------------------------------------------------------------------- the decode merge
 //
@@ -2197,6 +2225,7 @@ __device__ __forceinline__ void merge(const TcMerge& P) {
     const int nch = min(kv_end > 0 ? (kv_end + TC_KCHUNK - 1) / TC_KCHUNK : 0, P.nch);
     const float* rec = P.part + (((long long)b * P.Hkv + hk) * P.nch * 16 + r) * (D + 4);
     const long long cstride = 16LL * (D + 4);
+    pdl_wait();  // the decode grid has completed and its partials are visible (launched early: sm_90+)
     // Chunk 0 is the state (step 2's start); nch = 0 (no key visible) leaves (-inf, +0, +0).
     float M = TC_NEG_INF, Ls = 0.f, O = 0.f, sl2r = 1.f;
     if (nch > 0) {

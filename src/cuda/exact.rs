@@ -622,6 +622,7 @@ impl GpuPath for Exact {
                     block: REJECT_THREADS,
                     smem: 0,
                     params: vec![bytemuck::bytes_of(&base).to_vec()],
+                    early: false,
                 });
             }
             Step::Compute { .. } if pl.dec.is_some() => self.decode(p, pl, io, sc, &mut out),
@@ -755,6 +756,7 @@ impl Exact {
                     block: threads,
                     smem,
                     params: vec![bytemuck::bytes_of(&prm).to_vec()],
+                    early: false,
                 });
             }
         }
@@ -784,6 +786,7 @@ impl Exact {
                 block: PREPARE_THREADS,
                 smem: 0,
                 params: vec![bytemuck::bytes_of(&prm).to_vec()],
+                early: false,
             });
         }
     }
@@ -819,6 +822,7 @@ impl Exact {
                 block,
                 smem,
                 params: vec![bytemuck::bytes_of(&prm).to_vec()],
+                early: false,
             });
         }
     }

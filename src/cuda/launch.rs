@@ -293,6 +293,11 @@ pub(crate) struct Launch {
     pub block: u32,
     pub smem: u32,
     pub params: Vec<Vec<u8>>,
+    /// Launched with programmatic stream serialisation (sm_90+): the kernel may start before the
+    /// previous launch on the stream has completed, and must itself wait for it (PTX
+    /// `griddepcontrol.wait`) before touching what that launch writes. Only for kernels built to
+    /// wait (kernels/tensorcore.cu, `tc_pdl`).
+    pub early: bool,
 }
 
 /// A stream to submit to: its raw handle and the context it belongs to.
@@ -330,7 +335,9 @@ impl RawStream {
 ///   for (the tensors checked by `tensor::check_call`, the scratch buffers sized by the path's
 ///   plan), and stays alive until the stream has run the launches;
 /// - the grid, block and shared-memory sizes are the kernel's own configuration;
-/// - no launch writes memory that another concurrent user reads or writes.
+/// - no launch writes memory that another concurrent user reads or writes;
+/// - a launch marked [`Launch::early`] is of a kernel that waits for the previous launch on the
+///   stream (`griddepcontrol.wait`) before it reads or writes anything that launch touches.
 pub(crate) unsafe fn submit(
     ctx: &CudaContext,
     stream: RawStream,
@@ -343,6 +350,38 @@ pub(crate) unsafe fn submit(
             .iter()
             .map(|p| p.as_ptr().cast::<c_void>().cast_mut())
             .collect();
+        if l.early {
+            // Programmatic stream serialisation: the launch may begin once every block of the
+            // previous one has started or triggered; the kernel waits for that launch itself.
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: sys::CUlaunchAttributeValue {
+                    programmaticStreamSerializationAllowed: 1,
+                },
+            };
+            let cfg = sys::CUlaunchConfig {
+                gridDimX: l.grid.0,
+                gridDimY: l.grid.1,
+                gridDimZ: l.grid.2,
+                blockDimX: l.block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: l.smem,
+                hStream: stream.handle,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel (below); `cfg` and the attribute it points to live
+            // until the call returns (the driver copies them), and `early` is set only for
+            // kernels that wait for the previous launch before reading what it writes.
+            unsafe {
+                sys::cuLaunchKernelEx(&cfg, l.kernel.func, args.as_mut_ptr(), std::ptr::null_mut())
+            }
+            .result()
+            .map_err(drv("cuLaunchKernelEx"))?;
+            continue;
+        }
         // SAFETY: each entry of `args` points to the bytes of one parameter, of the size the
         // kernel takes (checked when it was looked up, where the driver can tell); the driver
         // copies them at launch. The device addresses inside, the stream and the launch shape are valid as the

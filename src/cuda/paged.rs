@@ -142,6 +142,7 @@ impl Gather {
             block: THREADS,
             smem: 0,
             params: vec![bytemuck::bytes_of(&args).to_vec()],
+            early: false,
         })
     }
 }

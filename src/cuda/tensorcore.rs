@@ -91,6 +91,11 @@ pub(crate) struct TensorCore {
     sanitize: [Kernel; 2],
     poison: [Kernel; 2],
     merge: [Kernel; 2],
+    /// The decode kernels let a split decode's merge launch early and the merge waits for them
+    /// (`tc_pdl`: sm_90 and later), so the merge may go with [`Launch::early`] ([`merge_early`]).
+    pdl: bool,
+    /// The device's streaming multiprocessors ([`merge_early`]).
+    sms: usize,
     /// Keys per chunk of the key split (`tc_kchunk`).
     kchunk: usize,
     first_bad: Kernel,
@@ -414,6 +419,7 @@ impl TensorCore {
         let [kchunk] = module.constant_i32::<1>("tc_kchunk")?;
         let [paged] = module.constant_i32::<1>("tc_paged")?;
         let [tma] = module.constant_i32::<1>("tc_tma")?;
+        let [pdl] = module.constant_i32::<1>("tc_pdl")?;
         if kchunk <= 0 {
             return Err(Error::Cuda {
                 op: "cubin launch table",
@@ -453,11 +459,23 @@ impl TensorCore {
             sanitize: by_dt("tc_sanitize", &policy_abi)?,
             poison: by_dt("tc_poison", &policy_abi)?,
             merge: by_dt("tc_merge", &merge_abi)?,
+            pdl: pdl != 0,
+            sms: module.sm_count()?,
             kchunk: kchunk as usize,
             first_bad: module.kernel("tc_first_bad", 0, &policy_abi)?,
             any_flag: module.kernel("tc_any_flag", 0, &policy_abi)?,
         })
     }
+}
+
+/// Whether a split decode's merge is launched early (programmatic stream serialisation, where the
+/// cubin supports it): only where the decode's blocks and the merge's fit on the SMs side by side.
+/// Launched early, the merge's blocks take the SMs the decode leaves free as soon as the decode has
+/// started, and wait there; where too few are free they pile onto those few and then fold there
+/// (H200, 2026-11-28: 128 decode blocks with 128 merge blocks, +3.5 µs a call; 64 with 64, −1 µs;
+/// docs/perf.md, "The merge launched early"). A launch choice: the bits are the same either way.
+fn merge_early(dec_blocks: usize, merge_blocks: usize, sms: usize) -> bool {
+    dec_blocks + merge_blocks <= sms
 }
 
 /// The kernels `{stem}_{f16,bf16}_d{D}[_causal]` of the first `N` head dims of
@@ -787,8 +805,11 @@ impl TensorCore {
                 block: cfg.threads,
                 smem: cfg.smem,
                 params: a.params(),
+                early: false,
             }];
             if split {
+                let dec_blocks = nch * s.kv_heads * s.batch;
+                let merge_blocks = s.group() * s.q_len * s.kv_heads * s.batch;
                 let m = TcMerge {
                     part,
                     o: io.out.addr,
@@ -819,6 +840,7 @@ impl TensorCore {
                     block: s.head_dim as u32,
                     smem: 0,
                     params: vec![bytes(&m)],
+                    early: self.pdl && merge_early(dec_blocks, merge_blocks, self.sms),
                 });
             }
             out
@@ -866,6 +888,7 @@ impl TensorCore {
                     .into_iter()
                     .chain(maps.iter().cloned())
                     .collect(),
+                    early: false,
                 })
                 .collect()
         }
@@ -904,6 +927,7 @@ impl TensorCore {
             block,
             smem: 0,
             params: vec![bytes(prm)],
+            early: false,
         }
     }
 
@@ -993,6 +1017,19 @@ mod tests {
         // pairs are past it (2 against 31 / 17): a block per tile.
         assert_eq!(tma_grid(64, 2, true, 17), 17);
         assert_eq!(tma_grid(62, 2, true, 17), 62);
+    }
+
+    #[test]
+    fn merge_launches_early_only_beside_a_decode_that_leaves_it_room() {
+        // The H200 calls of perf.md, "The merge launched early" (132 SMs): B1 S131072 Hkv 1 (64
+        // decode blocks, 4 merge blocks) and B2 S8192 Hkv 8 (64, 64) early; dec1 (128, 32) and
+        // B32 S8192 Hkv 1 (128, 128), where early the merge crowded onto 4 free SMs, not.
+        assert!(merge_early(64, 4, 132));
+        assert!(merge_early(64, 64, 132));
+        assert!(merge_early(66, 66, 132));
+        assert!(!merge_early(66, 67, 132));
+        assert!(!merge_early(128, 32, 132));
+        assert!(!merge_early(128, 128, 132));
     }
 
     #[test]

@@ -75,11 +75,17 @@ DEV = torch.device("cuda:0")
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def to_dev(a, tag):
-    """A host array from detattn.inputs (bf16 as uint16 bits) as a torch CUDA tensor."""
+def to_host(a, tag):
+    """A host array from detattn.inputs (bf16 as uint16 bits) as a torch CPU tensor."""
+    a = np.ascontiguousarray(a)
     if tag == "bf16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(DEV)
-    return torch.from_numpy(np.ascontiguousarray(a)).to(DEV)
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def to_dev(a, tag):
+    """The same as a torch CUDA tensor."""
+    return to_host(a, tag).to(DEV)
 
 
 def bits(t):
@@ -497,13 +503,6 @@ def varlen(args):
             if not ok:
                 bad.append(lines[-1])
     record("varlen", not bad, "; ".join(lines))
-
-
-def to_host(a, tag):
-    """A host array from detattn.inputs (bf16 as uint16 bits) as a torch CPU tensor."""
-    if tag == "bf16":
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
 
 
 @check

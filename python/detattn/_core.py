@@ -123,16 +123,14 @@ def _mask(m, aq: Arr, dims):
 
 
 def _kv_lens(kv_lens, name="kv_lens"):
+    """Public non-negative integers, one per sequence (key lengths, cumulative offsets), as a list;
+    None stays None."""
     if kv_lens is None:
         return None
-    # (A CUDA tensor's tolist() copies it to the host: lengths are public, and needed there.)
-    vals = kv_lens.tolist() if hasattr(kv_lens, "tolist") else list(kv_lens)
-    out = []
-    for x in vals:
-        if isinstance(x, bool) or int(x) != x or x < 0:
-            raise ValueError(f"{name} must be non-negative integers, got {vals}")
-        out.append(int(x))
-    return out
+    vals = _host_ints(kv_lens, name, 1, "(one integer per sequence)")
+    if any(v < 0 for v in vals):
+        raise ValueError(f"{name} must be non-negative integers, got {vals}")
+    return vals
 
 
 def attention(
@@ -400,7 +398,7 @@ def _host_ints(x, name, ndim, want):
         dt = "int64" if a.size == 0 else a.dtype.name
         shape, x = a.shape, a
     if dt not in _INTS:
-        raise ValueError(f"{name} must hold integers (int32, as FlashAttention takes it), got {dt}")
+        raise ValueError(f"{name} must hold integers (ints, or an integer array or tensor), got {dt}")
     if len(shape) != ndim:
         raise ValueError(f"{name} must be {ndim}-D {want}, got shape {shape}")
     return x.tolist()
@@ -411,11 +409,9 @@ def _cache_seqlens(x, seqs):
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
         lens = [int(x)] * seqs
     else:
-        lens = _host_ints(x, "cache_seqlens", 1, "[B] (one key length per sequence)")
+        lens = _kv_lens(x, "cache_seqlens")
     if len(lens) != seqs:
         raise ValueError(f"cache_seqlens must have one entry per sequence ({seqs}), got {len(lens)}")
-    if any(n < 0 for n in lens):
-        raise ValueError(f"cache_seqlens must be non-negative, got {lens}")
     return lens
 
 

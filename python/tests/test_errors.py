@@ -35,6 +35,9 @@ def test_problem_errors_carry_the_crate_messages():
     raises(ValueError, re.escape("kv_lens must have one entry per batch element: expected 2, got 1"),
            detattn.attention, q, k, v, kv_lens=[5])
     raises(ValueError, "kv_lens must be non-negative integers", detattn.attention, q, k, v, kv_lens=[5, -1])
+    # Lengths are integers by type, as every integer argument of the package: 5.0 is refused too.
+    raises(ValueError, "kv_lens must hold integers", detattn.attention, q, k, v, kv_lens=[5.0, 3.0])
+    raises(ValueError, "kv_lens must be 1-D", detattn.attention, q, k, v, kv_lens=[[5, 3]])
     for s in (0.0, -1.0, float("nan"), float("inf")):
         raises(ValueError, "scale must be finite and > 0", detattn.attention, q, k, v, scale=s)
     q, k, v = qkv(d=8193)

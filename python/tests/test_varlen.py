@@ -70,8 +70,10 @@ def test_bad_offsets_and_shapes_are_errors():
         detattn.attention_varlen(q, k, v, [0, 4, 8], [0, 10, 30])  # does not end at total_q
     with pytest.raises(ValueError, match="cu_seqlens"):
         detattn.attention_varlen(q, k, v, [0, 4, 9], [0, 10])  # two sequences of q, one of k
-    with pytest.raises(ValueError, match="non-negative integers"):
+    with pytest.raises(ValueError, match="cu_seqlens_q must hold integers .*float64"):
         detattn.attention_varlen(q, k, v, [0, 4.5, 9], [0, 10, 30])
+    with pytest.raises(ValueError, match="cu_seqlens_k must be non-negative integers"):
+        detattn.attention_varlen(q, k, v, [0, 9], [-1, 30])
     with pytest.raises(ValueError, match="3-D"):
         detattn.attention_varlen(q[None], k, v, [0, 9], [0, 30])
     with pytest.raises(ValueError, match=r"same head_dim: q \(9, 2, 16\), k \(30, 2, 8\)"):

@@ -78,6 +78,18 @@ struct ElemF32 {
         x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
         x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
     }
+    // The largest magnitude's bits of eight elements (as widen8 reads them) folded into m, and the
+    // exponent field of the element that m's bits stand for: the bit patterns of |x| order as the
+    // magnitudes do (NaN above inf above every finite), so that field is the largest exponent field
+    // of the elements folded in (§2.3, on inputs the scan found finite): one integer max an element
+    // instead of a shift, a mask and a max.
+    __device__ static void absmax8(const unsigned char* s, unsigned& m) {
+        const uint4 a = *reinterpret_cast<const uint4*>(s), b = *reinterpret_cast<const uint4*>(s + 16);
+        const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) m = max(m, w[e] & 0x7FFFFFFFu);
+    }
+    __device__ static unsigned expfield_of(unsigned m) { return expfield(__uint_as_float(m)); }
     // N = 1 or 4 elements from shared memory aligned to N elements (dec_values).
     template <int N>
     __device__ static void widen(const T* s, float (&x)[N]) {
@@ -104,6 +116,20 @@ struct Elem16Widen {
         E::widen2(w.y, x[2], x[3]);
         E::widen2(w.z, x[4], x[5]);
         E::widen2(w.w, x[6], x[7]);
+    }
+    // ElemF32::absmax8 on 2-byte elements: both halves of a word at once (a 16x2 unsigned max;
+    // magnitudes of f16 and bf16 order as their bit patterns do, subnormals included), m holding
+    // the low elements' largest in its low half and the high ones' in its high half; widening the
+    // larger of the two gives the largest exponent field of the widened elements.
+    __device__ static void absmax8(const unsigned char* s, unsigned& m) {
+        const uint4 w = *reinterpret_cast<const uint4*>(s);
+        m = __vmaxu2(m, w.x & 0x7FFF7FFFu);
+        m = __vmaxu2(m, w.y & 0x7FFF7FFFu);
+        m = __vmaxu2(m, w.z & 0x7FFF7FFFu);
+        m = __vmaxu2(m, w.w & 0x7FFF7FFFu);
+    }
+    __device__ static unsigned expfield_of(unsigned m) {
+        return expfield(E::widen1((unsigned short)max(m & 0xFFFFu, m >> 16)));
     }
     template <int N>
     __device__ static void widen(const unsigned short* s, float (&x)[N]) {
@@ -1197,18 +1223,24 @@ __device__ __forceinline__ void dec_scores_tile(const DecParams& P, const DecHea
     // §2.3 for the key row: its largest exponent field after sanitising (the zeros past D and
     // past Skv change nothing), and its bad flag (§2.2).
     unsigned emax = 0u, bad = 0u;
+    if constexpr (PROP) {
 #pragma unroll 2
-    for (int c = 0; c < D8; c += 8) {
-        float x[8];
-        E::widen8(kr + c * (int)sizeof(T), x);
+        for (int c = 0; c < D8; c += 8) {
+            float x[8];
+            E::widen8(kr + c * (int)sizeof(T), x);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            if (PROP) {
+            for (int e = 0; e < 8; ++e) {
                 bad |= nonfinite_mask(x[e]);
-                x[e] = sanitize(x[e]);
+                emax = max(emax, expfield(sanitize(x[e])));
             }
-            emax = max(emax, expfield(x[e]));
         }
+    } else {
+        // The same field through the largest magnitude's bits (E::absmax8): fewer instructions
+        // an element, and the kernel is bound by its instruction count (perf.md).
+        unsigned m = 0u;
+#pragma unroll 2
+        for (int c = 0; c < D8; c += 8) E::absmax8(kr + c * (int)sizeof(T), m);
+        emax = E::expfield_of(m);
     }
     const int shk = row_shift(emax);
     const float fk = pow2(shk);

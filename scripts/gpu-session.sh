@@ -272,6 +272,12 @@ for s in "${STAGES[@]}"; do
       # The decode kernels (group · q_len = 1): one query row per head against 1024 keys.
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --q-len 1 --kv-len 1024 \
         --heads 8 --head-dim 128 --dtype bf16 --json-out "$OUT/dudect-decode-bf16-d128.json"
+      # The same decode under the default Reject policy (the scan, then the kernels built for inputs
+      # it found finite: the policy-templated Exact kernels' other instantiation), finite classes.
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --q-len 1 --kv-len 1024 \
+        --heads 8 --head-dim 128 --dtype bf16 --policy reject --json-out "$OUT/dudect-decode-bf16-d128-reject.json"
+      stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --batch 32 --q-len 1 --kv-len 256 \
+        --heads 4 --head-dim 128 --dtype bf16 --policy reject --json-out "$OUT/dudect-decode-wide-bf16-d128-reject.json"
       # dec_values_wide: 32 batch elements x 4 KV heads (128 blocks of 128 columns), bf16 and f32.
       stage dudect 300 .carry/bin/detattn-dudect --backend cuda --n 10000 --batch 32 --q-len 1 --kv-len 256 \
         --heads 4 --head-dim 128 --dtype bf16 --json-out "$OUT/dudect-decode-wide-bf16-d128.json"

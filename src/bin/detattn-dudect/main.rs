@@ -26,9 +26,11 @@
 //! that time the driver's copies of K and V instead of attention (the GPU's own dependence on the
 //! values).
 //!
-//! Every class runs under `NonFinitePolicy::Propagate`, so that non-finite input is computed on
-//! (under the default `Reject`, it is refused before any work: that it existed is public by
-//! design, see docs/threat-model.md).
+//! Every class runs under `NonFinitePolicy::Propagate` by default, so that non-finite input is
+//! computed on (under `Reject`, it is refused before any work: that it existed is public by
+//! design, see docs/threat-model.md). `--policy reject` times the library's default instead, the
+//! scan and then the computation, on the finite classes (every class but `nonfinite`): the Exact
+//! kernels are built once per policy, and those `Reject` runs are otherwise never timed.
 //!
 //! Kernels (`--kernel`): `library` (the default) times the library. The others time the
 //! harness's own copy of the CPU tile loop (`tile_copy.rs`), never part of the library:
@@ -84,6 +86,24 @@ enum Kernel {
     MemcpyReread,
 }
 
+/// The non-finite policy every measured call runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Policy {
+    /// Non-finite input computed on (NaN and ±inf as +0, the rows that saw them NaN): every class.
+    Propagate,
+    /// The library's default: the scan, then the computation; the finite classes only.
+    Reject,
+}
+
+impl Policy {
+    fn library(self) -> NonFinitePolicy {
+        match self {
+            Policy::Propagate => NonFinitePolicy::Propagate,
+            Policy::Reject => NonFinitePolicy::Reject,
+        }
+    }
+}
+
 /// Welch's t-test between input classes, interleaved measurements (dudect).
 #[derive(Parser, Debug)]
 #[command(name = "detattn-dudect", version)]
@@ -107,9 +127,13 @@ struct Args {
     /// Same as `--kernel leaky`.
     #[arg(long)]
     leaky: bool,
-    /// Classes to test, comma separated (default: all). Baselines are always measured.
+    /// Classes to test, comma separated (default: all; under `--policy reject` all but
+    /// `nonfinite`). Baselines are always measured.
     #[arg(long, value_delimiter = ',')]
     classes: Option<Vec<Class>>,
+    /// The non-finite policy of every measured call.
+    #[arg(long, value_enum, default_value_t = Policy::Propagate)]
+    policy: Policy,
     /// CPU threads of the engine.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -187,6 +211,7 @@ struct Config {
     page_size: Option<usize>,
     each_kernel: bool,
     flush_l2: bool,
+    policy: NonFinitePolicy,
 }
 
 impl Args {
@@ -209,6 +234,7 @@ impl Args {
             page_size: self.page_size,
             each_kernel: self.each_kernel,
             flush_l2: !self.keep_l2,
+            policy: self.policy.library(),
         }
     }
 }
@@ -237,7 +263,7 @@ impl Setup {
         );
         let build = |mask: bool| {
             let b = Problem::builder(shape)
-                .nonfinite(NonFinitePolicy::Propagate)
+                .nonfinite(cfg.policy)
                 .causal(cfg.causal);
             let b = if mask { b.mask(MaskLayout::FULL) } else { b };
             b.build().map_err(|e| e.to_string())
@@ -467,17 +493,37 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(a: &Args) -> Result<ExitCode, String> {
-    if a.n < 2 {
-        return Err("--n must be at least 2".into());
+/// The classes `a` asks to test against their baselines: `--classes` or all, less those without
+/// a baseline; under `--policy reject` never `nonfinite` (refused before any work there), and an
+/// error when it is asked for.
+fn tested_classes(a: &Args) -> Result<Vec<Class>, String> {
+    let finite_only = a.policy == Policy::Reject;
+    if finite_only
+        && a.classes
+            .as_ref()
+            .is_some_and(|c| c.contains(&Class::NonFinite))
+    {
+        return Err(
+            "--classes nonfinite needs --policy propagate (under reject such input is \
+                    refused before any work)"
+                .into(),
+        );
     }
-    let mut tested: Vec<Class> = a
+    let tested: Vec<Class> = a
         .classes
         .clone()
         .unwrap_or_else(|| Class::ALL.to_vec())
         .into_iter()
-        .filter(|c| c.baseline().is_some())
+        .filter(|c| c.baseline().is_some() && !(finite_only && *c == Class::NonFinite))
         .collect();
+    Ok(tested)
+}
+
+fn run(a: &Args) -> Result<ExitCode, String> {
+    if a.n < 2 {
+        return Err("--n must be at least 2".into());
+    }
+    let mut tested = tested_classes(a)?;
     tested.dedup();
     let mut all: Vec<Class> = Vec::new();
     for c in &tested {
@@ -618,7 +664,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     };
     let s = setup.plain.shape();
     let problem = format!(
-        "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}{}, path {}, NonFinitePolicy::Propagate, mask classes with a [B,Hq,Sq,Skv] mask{}",
+        "B={} Hq={} Hkv={} Sq={} Skv={} D={} {}{}, path {}, NonFinitePolicy::{:?}, mask classes with a [B,Hq,Sq,Skv] mask{}",
         s.batch,
         s.q_heads,
         s.kv_heads,
@@ -628,6 +674,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         cfg.dtype,
         if setup.plain.causal() { ", causal" } else { "" },
         cfg.path,
+        cfg.policy,
         cfg.page_size.map_or(String::new(), |n| format!(
             ", K and V in {n}-row pages (shuffled order)"
         ))
@@ -1026,6 +1073,33 @@ mod tests {
         ]);
         assert_eq!((tc.dtype, tc.head_dim, tc.kv_len), (DType::F16, 128, 512));
         assert!(!tc.causal);
+    }
+
+    #[test]
+    fn reject_times_the_default_policy_on_the_finite_classes() {
+        let a = Args::parse_from(["detattn-dudect", "--heads", "1", "--policy", "reject"]);
+        let tested = tested_classes(&a).unwrap();
+        assert!(!tested.is_empty() && !tested.contains(&Class::NonFinite));
+        let setup = Setup::new(&a, &tested).unwrap();
+        assert_eq!(setup.plain.nonfinite(), NonFinitePolicy::Reject);
+        assert_eq!(setup.masked.nonfinite(), NonFinitePolicy::Reject);
+        let a = Args::parse_from([
+            "detattn-dudect",
+            "--policy",
+            "reject",
+            "--classes",
+            "zeros,nonfinite",
+        ]);
+        assert!(
+            tested_classes(&a)
+                .unwrap_err()
+                .contains("needs --policy propagate")
+        );
+        // The default: every class with a baseline, non-finite included, under Propagate.
+        let a = Args::parse_from(["detattn-dudect", "--heads", "1"]);
+        assert!(tested_classes(&a).unwrap().contains(&Class::NonFinite));
+        let setup = Setup::new(&a, &[Class::Zeros]).unwrap();
+        assert_eq!(setup.plain.nonfinite(), NonFinitePolicy::Propagate);
     }
 
     #[test]

@@ -30,7 +30,8 @@
 //! computed on (under `Reject`, it is refused before any work: that it existed is public by
 //! design, see docs/threat-model.md). `--policy reject` times the library's default instead, the
 //! scan and then the computation, on the finite classes (every class but `nonfinite`): the Exact
-//! kernels are built once per policy, and those `Reject` runs are otherwise never timed.
+//! kernels templated on the policy exist once per policy, and their `Reject` instantiations are
+//! otherwise never timed.
 //!
 //! Kernels (`--kernel`): `library` (the default) times the library. The others time the
 //! harness's own copy of the CPU tile loop (`tile_copy.rs`), never part of the library:

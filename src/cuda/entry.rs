@@ -940,14 +940,13 @@ fn call_launches<'a, P: GpuPath, T>(
     out: &'a mut DeviceTensorMut<'_, T>,
     pages: Option<&'a DeviceTable>,
 ) -> Result<Vec<Launch>> {
+    let steps = c.steps(); // before the scratch guards borrow `c` for 'a
     let io = device_io(g, stream, p, x, out, &c.lens, pages);
     let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
     let mut launches = Vec::new();
-    if c.check {
-        launches.extend(path.launches(p, &c.plan, &io, &scratch, Step::Check)?);
+    for &step in steps {
+        launches.extend(path.launches(p, &c.plan, &io, &scratch, step)?);
     }
-    let step = Step::Compute { checked: c.check };
-    launches.extend(path.launches(p, &c.plan, &io, &scratch, step)?);
     Ok(launches)
 }
 

@@ -94,7 +94,9 @@ pub(crate) struct TensorCore {
     /// The decode kernels let a split decode's merge launch early and the merge waits for them
     /// (`tc_pdl`: sm_90 and later), so the merge may go with [`Launch::early`] ([`merge_early`]).
     pdl: bool,
-    /// The device's streaming multiprocessors ([`merge_early`]).
+    /// The device's streaming multiprocessors: the most blocks worth walking query tiles (the
+    /// TMA prefill, [`tma_grid`]), and what a split decode's merge may launch early beside
+    /// ([`merge_early`]).
     sms: usize,
     /// Keys per chunk of the key split (`tc_kchunk`).
     kchunk: usize,
@@ -110,8 +112,6 @@ pub(crate) struct TensorCore {
 struct Tma {
     fwd: [[[Kernel; 2]; 2]; 2],
     cfg: [Cfg; 2],
-    /// The device's streaming multiprocessors: the most blocks worth walking query tiles.
-    sms: usize,
 }
 
 /// The grid of a TMA prefill launch (kernels/tensorcore.cu, `fwd_tma`): its blocks walk the query
@@ -442,7 +442,6 @@ impl TensorCore {
                 Some(Tma {
                     fwd: kernel_table(module, "tc_fwdt", &cfg, &tabi)?,
                     cfg,
-                    sms: module.sm_count()?,
                 })
             }
         };
@@ -855,7 +854,7 @@ impl TensorCore {
                     let nqt = s.q_len.div_ceil(cfg.bm);
                     let tiles = nqt * s.q_heads * s.batch;
                     // tiles <= batch · q_heads · q_len < 2^31 (validate).
-                    let grid = tma_grid(tiles, nqt, causal == 1, t.sms) as u32;
+                    let grid = tma_grid(tiles, nqt, causal == 1, self.sms) as u32;
                     (&t.fwd[plan.dt][plan.di][causal], cfg, maps, 1, (grid, 1, 1))
                 }
                 None => {

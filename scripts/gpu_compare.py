@@ -15,7 +15,9 @@ What it measures, each on the same shapes and with the same protocol for both li
       device-to-device copy ceiling measured in this command (read + write bytes of a 1 GiB copy,
       as the anchors did). SDPA gets the real GQA problem through `enable_gqa=True`, so it reads
       the same 8-head KV cache detattn reads; a backend that refuses that is timed with K and V
-      repeated to 32 heads (4x the K/V reads) and the row says "kv repeated".
+      repeated to 32 heads (4x the K/V reads) and the row says "kv repeated". Each decode row also
+      times a device copy that moves the row's bytes (read + write), by the rows' protocol: what a
+      plain copy reaches at that size, where the launch latency weighs more than at 1 GiB.
   (d) the decode grid of issue 11 (`--only grid`): B in {1, 2, 8, 32} x Skv in {8192, 32768, 131072} x
       Hkv in {1, 8}, Hq = 4 Hkv (G = 4, the decode kernel), D = 128 bf16, as (c) in one compact table.
       `detattn bench` generates its inputs on the host, so caches above `--max-cache-gb` (default
@@ -169,6 +171,20 @@ def copy_ceiling(A):
     del x, y
     torch.cuda.empty_cache()
     return 2 * 256 * 1024 * 1024 * 4 / us / 1e6
+
+
+def same_bytes_copy(nbytes, A):
+    """µs of a device-to-device copy moving `nbytes` (read + write: nbytes / 2 each way), by the
+    protocol of the rows (A's warm-up, samples, launches a sample, rotated buffers): what a plain
+    copy reaches at a decode's size, where the launch latency weighs more than at 1 GiB."""
+    n = max(int(nbytes // 8), 1)  # f32 elements per direction
+    sets = [(torch.randn(n, device="cuda", dtype=torch.float32), torch.empty(n, device="cuda", dtype=torch.float32))
+            for _ in range(A.rotate)]
+    try:
+        return timed(lambda i: sets[i][1].copy_(sets[i][0]), len(sets), A)
+    finally:
+        del sets
+        torch.cuda.empty_cache()
 
 
 def time_sdpa(backend, shape, dt, causal, A):
@@ -399,6 +415,8 @@ def main():
                         row["detattn"], f"exact_{dt}")
             if v:
                 row["detattn"][f"exact_{dt}"] = v[0]
+        if decode:
+            measure("copy of the same bytes", lambda: same_bytes_copy(row["bytes"], A), row, "copy_same_bytes")
         if "tensorcore" in A.path_set:
             v = measure(f"detattn tensorcore {dt}", lambda: time_detattn("tensorcore", shape, dt, causal, A),
                         row["detattn"], f"tensorcore_{dt}")
@@ -425,7 +443,7 @@ def fmt_ratio(us, ref):
 
 
 def cell(v):
-    return f"{v:,.1f}".replace(",", " ") if isinstance(v, float) else str(v)
+    return f"{v:,.1f}".replace(",", " ") if isinstance(v, float) else "" if v is None else str(v)
 
 
 def section(rows, ids, title, header):
@@ -472,20 +490,23 @@ def print_tables(res, A, proto):
         ceil = res.get("copy_TBps")
         for w, r, dt in section(rows, GRID, "(d) Decode grid (Hq = 4 Hkv, Sq 1, D 128, bf16; GB/s of K + V + Q + O bytes)",
                                 "| B | Skv | Hkv | K+V MB | detattn tc µs | GB/s | of ceiling | cuDNN µs | tc / cuDNN | "
-                                "flash µs | tc / flash |"):
+                                "flash µs | tc / flash | same-bytes copy µs | of ceiling | tc / copy |"):
             b, _, h, _, sk, d = r["shape"]
             mb = 2 * b * h * sk * d * ELEM_BYTES[dt] / 1e6
             if "skipped" in r:
-                print(f"| {b} | {sk} | {h} | {mb:.0f} | not measured: {r['skipped']} | | | | | | |")
+                print(f"| {b} | {sk} | {h} | {mb:.0f} | not measured: {r['skipped']} | | | | | | | | | |")
                 continue
             v = r["detattn"].get(f"tensorcore_{dt}")
             us = us_of(v)
             gbs = r["bytes"] / us / 1e3 if us else None
             frac = f"{gbs / (ceil * 1e3):.0%}" if gbs and ceil else ""
             cu, fl = us_of(r["sdpa"].get(f"cudnn_{dt}")), us_of(r["sdpa"].get(f"flash_{dt}"))
+            cp = us_of(r.get("copy_same_bytes"))
+            cfrac = f"{r['bytes'] / cp / 1e3 / (ceil * 1e3):.0%}" if cp and ceil else ""
             print(f"| {b} | {sk} | {h} | {mb:.0f} | {cell(v)} | {f'{gbs:.0f}' if gbs else ''} | {frac} | "
                   f"{cell(r['sdpa'].get(f'cudnn_{dt}'))} | {fmt_ratio(us, cu)} | "
-                  f"{cell(r['sdpa'].get(f'flash_{dt}'))} | {fmt_ratio(us, fl)} |")
+                  f"{cell(r['sdpa'].get(f'flash_{dt}'))} | {fmt_ratio(us, fl)} | "
+                  f"{cell(r.get('copy_same_bytes'))} | {cfrac} | {fmt_ratio(us, cp)} |")
     for w in DECODE:
         if w not in rows or w in GRID:
             continue
@@ -500,6 +521,7 @@ def print_tables(res, A, proto):
                    for path in ("tensorcore", "exact") if f"{path}_{dt}" in r["detattn"]]
         entries += [(f"SDPA {be}", r["sdpa"].get(f"{be}_{dt}"), r["gqa"].get(f"{be}_{dt}", ""))
                     for be in ("flash", "cudnn")]
+        entries.append(("copy of the same bytes", r.get("copy_same_bytes"), "(read + write = the row's bytes)"))
         for who, v, how in entries:
             us = us_of(v)
             gbs = r["bytes"] / us / 1e3 if us else None

@@ -13,6 +13,7 @@ use crate::problem::Problem;
 use crate::tensor::{Layout, Order, Paging, scatter};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// How to time a problem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +61,10 @@ pub struct BenchResult {
     pub max_us: f64,
     /// Timed samples.
     pub iters: usize,
+    /// Median over the timed samples of the host's time to enqueue a sample's calls, per call:
+    /// what a call costs the CPU (argument packing, the driver's launches), which at one call a
+    /// sample the GPU waits through before the first kernel.
+    pub host_us: f64,
     /// Input sets rotated between calls (so they do not sit in L2).
     pub rotate: usize,
     /// With `BenchOptions::page_size`: how each call read the paged cache.
@@ -222,39 +227,49 @@ pub(crate) fn sample(
     );
     let samples = opts.warmup.div_ceil(per_sample) + iters;
     let mut times = Vec::with_capacity(iters);
+    let mut host = Vec::with_capacity(iters);
     let mut n = 0usize;
     for s in 0..samples {
         let (e0, e1) = (event(st)?, event(st)?);
         e0.record(st).map_err(drv("cuEventRecord"))?;
+        let t0 = Instant::now();
         for _ in 0..per_sample {
             call(n % rotate)?;
             n += 1;
         }
+        let enqueued = t0.elapsed();
         e1.record(st).map_err(drv("cuEventRecord"))?;
         e1.synchronize().map_err(drv("kernel execution"))?;
         if s >= samples - iters {
             let ms = e0.elapsed_ms(&e1).map_err(drv("cuEventElapsedTime"))?;
             times.push(f64::from(ms) * 1000.0 / per_sample as f64);
+            host.push(enqueued.as_secs_f64() * 1e6 / per_sample as f64);
         }
     }
-    Ok(bench_result(times, rotate))
+    Ok(bench_result(times, host, rotate))
 }
 
-/// The summary of per-call times (microseconds): median, fastest, slowest.
-fn bench_result(mut times: Vec<f64>, rotate: usize) -> BenchResult {
+/// The summary of per-call times (microseconds): median, fastest, slowest; the host's median.
+fn bench_result(mut times: Vec<f64>, mut host: Vec<f64>, rotate: usize) -> BenchResult {
     times.sort_by(f64::total_cmp);
-    let n = times.len();
-    let median = match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => times[n / 2],
-        _ => 0.5 * (times[n / 2 - 1] + times[n / 2]),
-    };
+    host.sort_by(f64::total_cmp);
     BenchResult {
-        median_us: median,
+        median_us: median_sorted(&times),
         min_us: times.first().copied().unwrap_or(f64::NAN),
         max_us: times.last().copied().unwrap_or(f64::NAN),
-        iters: n,
+        iters: times.len(),
+        host_us: median_sorted(&host),
         rotate,
         paged: None,
+    }
+}
+
+/// Median of a sorted slice (mean of the middle two for an even count); NaN when empty.
+fn median_sorted(ts: &[f64]) -> f64 {
+    let n = ts.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => ts[n / 2],
+        _ => 0.5 * (ts[n / 2 - 1] + ts[n / 2]),
     }
 }

@@ -55,6 +55,8 @@ struct Timing {
     min_us: f64,
     max_us: f64,
     iters: usize,
+    /// GPU: the host's time to enqueue a call (median over the samples).
+    host_us: Option<f64>,
     timer: &'static str,
     /// How a paged cache was read (GPU, `--page-size`).
     paged: Option<&'static str>,
@@ -144,6 +146,7 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
             "min_us": t.min_us,
             "max_us": t.max_us,
             "iters": t.iters,
+            "host_us": t.host_us,
             "per_sample": per_sample,
             "tflops": tflops,
             "flops": f,
@@ -210,6 +213,13 @@ pub(crate) fn main(args: BenchArgs) -> Result<ExitCode, Failure> {
     for (k, v) in rows {
         outln!("{k:<9} {v}");
     }
+    if let Some(h) = t.host_us {
+        outln!(
+            "{:<9} {:>12}   the host's time to enqueue a call (median; part of each call at one a sample)",
+            "host",
+            fmt_us(h)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -240,6 +250,7 @@ fn gpu_bench(engine: &Engine, args: &BenchArgs, p: &Problem) -> Result<Timing, F
         min_us: r.min_us,
         max_us: r.max_us,
         iters: r.iters,
+        host_us: Some(r.host_us),
         timer: "CUDA events",
         paged: r.paged.map(|m| match m {
             detattn::cuda::PagedRead::BlockTable => "read through the block table by the kernels",
@@ -316,6 +327,7 @@ fn cpu_bench<T: Element>(
         min_us: ts[0],
         max_us: ts[ts.len() - 1],
         iters,
+        host_us: None,
         timer: "wall clock (std::time::Instant) per Engine::run_tensors call",
         paged: None,
     })

@@ -13,7 +13,7 @@
 //! The choice depends on the shape only, and every kernel produces the bits of
 //! docs/numerics.md, so it never changes the output.
 
-use super::launch::{Kernel, Launch, Module};
+use super::launch::{Kernel, Launch, Module, ParamBytes};
 use super::path::{DevTensor, GpuPath, Io, Step};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -621,7 +621,7 @@ impl GpuPath for Exact {
                     grid: (1, 1, 1),
                     block: REJECT_THREADS,
                     smem: 0,
-                    params: vec![bytemuck::bytes_of(&base).to_vec()],
+                    params: ParamBytes::one(&base),
                     early: false,
                 });
             }
@@ -755,7 +755,7 @@ impl Exact {
                     grid: (gx as u32, n as u32, 1),
                     block: threads,
                     smem,
-                    params: vec![bytemuck::bytes_of(&prm).to_vec()],
+                    params: ParamBytes::one(&prm),
                     early: false,
                 });
             }
@@ -785,7 +785,7 @@ impl Exact {
                 grid: (gx, n as u32, jobs),
                 block: PREPARE_THREADS,
                 smem: 0,
-                params: vec![bytemuck::bytes_of(&prm).to_vec()],
+                params: ParamBytes::one(&prm),
                 early: false,
             });
         }
@@ -821,7 +821,7 @@ impl Exact {
                 grid,
                 block,
                 smem,
-                params: vec![bytemuck::bytes_of(&prm).to_vec()],
+                params: ParamBytes::one(&prm),
                 early: false,
             });
         }

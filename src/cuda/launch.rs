@@ -292,12 +292,68 @@ pub(crate) struct Launch {
     pub grid: (u32, u32, u32),
     pub block: u32,
     pub smem: u32,
-    pub params: Vec<Vec<u8>>,
+    pub params: ParamBytes,
     /// Launched with programmatic stream serialisation (sm_90+): the kernel may start before the
     /// previous launch on the stream has completed, and must itself wait for it (PTX
     /// `griddepcontrol.wait`) before touching what that launch writes. Only for kernels built to
     /// wait (kernels/tensorcore.cu, `tc_pdl`).
     pub early: bool,
+}
+
+/// A launch's parameters, in the kernel's order: each one's bytes at a 16-byte boundary of one
+/// buffer. One buffer rather than one allocation each: the TensorCore kernels take 36, and
+/// building and freeing them was about a microsecond of every call's host time (docs/perf.md, "A
+/// call's host time").
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ParamBytes {
+    bytes: Vec<u8>,
+    /// Where each parameter starts in `bytes`, and its size.
+    at: Vec<(usize, usize)>,
+}
+
+impl ParamBytes {
+    /// Room for `n` parameters of `bytes` bytes in all, without reallocating.
+    pub(crate) fn with_capacity(n: usize, bytes: usize) -> ParamBytes {
+        ParamBytes {
+            bytes: Vec::with_capacity(bytes + 16 * n),
+            at: Vec::with_capacity(n),
+        }
+    }
+
+    /// A kernel's one parameter.
+    pub(crate) fn one<T: bytemuck::Pod>(x: &T) -> ParamBytes {
+        let mut p = ParamBytes::with_capacity(1, std::mem::size_of::<T>());
+        p.push(x);
+        p
+    }
+
+    /// Append a parameter.
+    pub(crate) fn push<T: bytemuck::Pod>(&mut self, x: &T) -> &mut ParamBytes {
+        self.push_bytes(bytemuck::bytes_of(x))
+    }
+
+    /// Append a parameter given as its bytes (a TMA descriptor).
+    pub(crate) fn push_bytes(&mut self, b: &[u8]) -> &mut ParamBytes {
+        let start = self.bytes.len().next_multiple_of(16);
+        self.bytes.resize(start, 0);
+        self.bytes.extend_from_slice(b);
+        self.at.push((start, b.len()));
+        self
+    }
+
+    /// Each parameter's size, in order (what [`Module::kernel`] checks against the cubin).
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        self.at.iter().map(|&(_, n)| n).collect()
+    }
+
+    /// A pointer to each parameter's first byte, as cuLaunchKernel takes them: valid while
+    /// `self` is neither changed nor dropped.
+    fn pointers(&self) -> Vec<*mut c_void> {
+        self.at
+            .iter()
+            .map(|&(start, _)| self.bytes[start..].as_ptr().cast::<c_void>().cast_mut())
+            .collect()
+    }
 }
 
 /// A stream to submit to: its raw handle and the context it belongs to.
@@ -345,11 +401,7 @@ pub(crate) unsafe fn submit(
 ) -> Result<()> {
     ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
     for l in launches {
-        let mut args: Vec<*mut c_void> = l
-            .params
-            .iter()
-            .map(|p| p.as_ptr().cast::<c_void>().cast_mut())
-            .collect();
+        let mut args = l.params.pointers();
         if l.early {
             // Programmatic stream serialisation: the launch may begin once every block of the
             // previous one has started or triggered; the kernel waits for that launch itself.

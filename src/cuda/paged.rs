@@ -10,7 +10,7 @@
 //! every backend loads, and serves both paths. Its addresses depend on the block table and the
 //! sequences' rows and lengths only (public); it copies values without looking at them.
 
-use super::launch::{Kernel, Launch, Module, within_grid_yz};
+use super::launch::{Kernel, Launch, Module, ParamBytes, within_grid_yz};
 use crate::error::{Error, Result};
 use crate::problem::Problem;
 use crate::tensor::{Layout, Paging};
@@ -141,7 +141,7 @@ impl Gather {
             ),
             block: THREADS,
             smem: 0,
-            params: vec![bytemuck::bytes_of(&args).to_vec()],
+            params: ParamBytes::one(&args),
             early: false,
         })
     }

@@ -31,7 +31,7 @@
 //! copies and writes the canonical NaN over exactly the affected rows. Every launch is the same
 //! whatever the values: only the policy and the shape choose them.
 
-use super::launch::{Kernel, Launch, Module, tensor_map_2byte, within_grid_yz};
+use super::launch::{Kernel, Launch, Module, ParamBytes, tensor_map_2byte, within_grid_yz};
 use super::path::{DevTensor, GpuPath, Io, PagedIo, Step};
 use super::unread_pages;
 use crate::dtype::DType;
@@ -183,52 +183,49 @@ struct TcArgs {
     max_pages: i32,
 }
 
-fn bytes<T: Pod>(x: &T) -> Vec<u8> {
-    bytemuck::bytes_of(x).to_vec()
-}
-
 impl TcArgs {
-    /// The bytes of each parameter, in the kernels' order.
-    fn params(&self) -> Vec<Vec<u8>> {
+    /// Each parameter's bytes, in the kernels' order.
+    fn params(&self) -> ParamBytes {
         let a = self;
-        vec![
-            bytes(&a.q),
-            bytes(&a.k),
-            bytes(&a.v),
-            bytes(&a.o),
-            bytes(&a.kv_lens),
-            bytes(&a.mask),
-            bytes(&a.q_bs),
-            bytes(&a.q_hs),
-            bytes(&a.k_bs),
-            bytes(&a.k_hs),
-            bytes(&a.v_bs),
-            bytes(&a.v_hs),
-            bytes(&a.o_bs),
-            bytes(&a.o_hs),
-            bytes(&a.msb),
-            bytes(&a.msh),
-            bytes(&a.msq),
-            bytes(&a.q_ss),
-            bytes(&a.k_ss),
-            bytes(&a.v_ss),
-            bytes(&a.o_ss),
-            bytes(&a.b),
-            bytes(&a.hq),
-            bytes(&a.hkv),
-            bytes(&a.sq),
-            bytes(&a.skv),
-            bytes(&a.scale),
-            bytes(&a.top_left),
-            bytes(&a.part),
-            bytes(&a.chunk),
-            bytes(&a.lse),
-            bytes(&a.lse_bs),
-            bytes(&a.lse_hs),
-            bytes(&a.table),
-            bytes(&a.page_shift),
-            bytes(&a.max_pages),
-        ]
+        let mut p = ParamBytes::with_capacity(38, 2 * 128 + std::mem::size_of::<TcArgs>());
+        p
+            .push(&a.q)
+            .push(&a.k)
+            .push(&a.v)
+            .push(&a.o)
+            .push(&a.kv_lens)
+            .push(&a.mask)
+            .push(&a.q_bs)
+            .push(&a.q_hs)
+            .push(&a.k_bs)
+            .push(&a.k_hs)
+            .push(&a.v_bs)
+            .push(&a.v_hs)
+            .push(&a.o_bs)
+            .push(&a.o_hs)
+            .push(&a.msb)
+            .push(&a.msh)
+            .push(&a.msq)
+            .push(&a.q_ss)
+            .push(&a.k_ss)
+            .push(&a.v_ss)
+            .push(&a.o_ss)
+            .push(&a.b)
+            .push(&a.hq)
+            .push(&a.hkv)
+            .push(&a.sq)
+            .push(&a.skv)
+            .push(&a.scale)
+            .push(&a.top_left)
+            .push(&a.part)
+            .push(&a.chunk)
+            .push(&a.lse)
+            .push(&a.lse_bs)
+            .push(&a.lse_hs)
+            .push(&a.table)
+            .push(&a.page_shift)
+            .push(&a.max_pages);
+        p
     }
 }
 
@@ -413,7 +410,7 @@ impl TensorCore {
         ];
         // The attention kernels take the fields of TcArgs one by one; the policy kernels one
         // TcPolicy.
-        let abi: Vec<usize> = TcArgs::default().params().iter().map(Vec::len).collect();
+        let abi = TcArgs::default().params().sizes();
         let policy_abi = [std::mem::size_of::<TcPolicy>()];
         let merge_abi = [std::mem::size_of::<TcMerge>()];
         let [kchunk] = module.constant_i32::<1>("tc_kchunk")?;
@@ -838,7 +835,7 @@ impl TensorCore {
                     ),
                     block: s.head_dim as u32,
                     smem: 0,
-                    params: vec![bytes(&m)],
+                    params: ParamBytes::one(&m),
                     early: self.pdl && merge_early(dec_blocks, merge_blocks, self.sms),
                 });
             }
@@ -879,14 +876,17 @@ impl TensorCore {
                     grid,
                     block: cfg.threads,
                     smem: cfg.smem,
-                    params: TcArgs {
-                        chunk: c as i32,
-                        ..a
-                    }
-                    .params()
-                    .into_iter()
-                    .chain(maps.iter().cloned())
-                    .collect(),
+                    params: {
+                        let mut p = TcArgs {
+                            chunk: c as i32,
+                            ..a
+                        }
+                        .params();
+                        for m in &maps {
+                            p.push_bytes(m);
+                        }
+                        p
+                    },
                     early: false,
                 })
                 .collect()
@@ -925,7 +925,7 @@ impl TensorCore {
             grid: (grid_x, 1, 1),
             block,
             smem: 0,
-            params: vec![bytes(prm)],
+            params: ParamBytes::one(prm),
             early: false,
         }
     }

@@ -188,8 +188,7 @@ impl TcArgs {
     fn params(&self) -> ParamBytes {
         let a = self;
         let mut p = ParamBytes::with_capacity(38, 2 * 128 + std::mem::size_of::<TcArgs>());
-        p
-            .push(&a.q)
+        p.push(&a.q)
             .push(&a.k)
             .push(&a.v)
             .push(&a.o)

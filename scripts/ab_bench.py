@@ -22,24 +22,15 @@ Writes every median to OUT.json with `--json`.
 import argparse
 import json
 import os
-import subprocess
 import sys
+
+from bench_cli import bench_json
 
 
 def median_us(binary, args, env, iters, warmup):
     """The median of one `detattn bench` run, or the error it printed."""
-    cmd = [binary, "bench", *args, "--iters", str(iters), "--warmup", str(warmup), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        try:  # with --json the CLI reports its typed error as JSON on stdout
-            return None, json.loads(p.stdout)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            said = (p.stderr.strip() or p.stdout.strip()).splitlines()
-            return None, (said or ["exit %d" % p.returncode])[-1]
-    try:
-        return round(json.loads(p.stdout)["median_us"], 1), None
-    except (ValueError, KeyError) as e:
-        return None, f"unreadable output: {e}"
+    j, err = bench_json(binary, [*args, "--iters", str(iters), "--warmup", str(warmup)], env=env)
+    return (None, err) if j is None else (round(j["median_us"], 1), None)
 
 
 def main():

@@ -48,13 +48,14 @@ import argparse
 import datetime
 import json
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bench_cli import bench_json
 
 # id -> (B, Hq, Hkv, Sq, Skv, D), anchor dtype, causal
 WORKLOADS = {
@@ -229,18 +230,12 @@ def shape_args(shape):
 def time_detattn(path, shape, dt, causal, A, problem=None):
     """(µs per launch, the bench's JSON) or raises RuntimeError with the CLI's message. `problem`:
     the CLI's problem arguments, instead of `shape`'s (a varlen batch, a paged cache)."""
-    cmd = [A.bin, "bench", "--backend", "cuda", "--path", path, *(problem or shape_args(shape)),
-           "--dtype", dt, "--warmup", str(A.warmup), "--iters", str(A.iters), "--rotate", str(A.rotate),
-           "--per-sample", str(A.per_sample), "--json"]
-    if causal:
-        cmd.append("--causal")
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=A.timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"timeout after {A.timeout:.0f} s") from None
-    if r.returncode != 0:
-        raise RuntimeError(f"exit {r.returncode}: {r.stderr.strip()[:240]}")
-    j = json.loads(r.stdout)
+    args = ["--backend", "cuda", "--path", path, *(problem or shape_args(shape)), "--dtype", dt,
+            "--warmup", str(A.warmup), "--iters", str(A.iters), "--rotate", str(A.rotate),
+            "--per-sample", str(A.per_sample), *(["--causal"] if causal else [])]
+    j, err = bench_json(A.bin, args, timeout=A.timeout)
+    if j is None:
+        raise RuntimeError(err)
     if j.get("per_sample", 1) != A.per_sample:
         raise RuntimeError(f"the binary timed {j.get('per_sample')} launches per sample, not {A.per_sample}")
     return float(j["median_us"]), j

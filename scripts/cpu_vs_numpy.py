@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_cli import bench_json
+
 ROOT = Path(__file__).resolve().parent.parent
 REQS = ROOT / "scripts" / "requirements-bench.txt"
 VENV = ROOT / "target" / "venv-bench"
@@ -115,17 +117,17 @@ def time_numpy(np, rng):
 
 
 def time_detattn(seed, threads, binary):
-    cmd = [binary, "bench", "--backend", "cpu", "--batch", str(B), "--q-heads", str(H),
-           "--kv-heads", str(H), "--q-len", str(S), "--kv-len", str(S), "--head-dim", str(D),
-           "--dtype", "f32", "--seed", str(seed), "--warmup", str(WARMUP), "--iters", str(ITERS),
-           "--rotate", str(ROTATE), "--json"]
+    args = ["--backend", "cpu", "--batch", str(B), "--q-heads", str(H), "--kv-heads", str(H),
+            "--q-len", str(S), "--kv-len", str(S), "--head-dim", str(D), "--dtype", "f32",
+            "--seed", str(seed), "--warmup", str(WARMUP), "--iters", str(ITERS), "--rotate", str(ROTATE)]
     env = dict(os.environ)
     if threads:
         env["RAYON_NUM_THREADS"] = str(threads)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
-    return json.loads(r.stdout), cmd
+    cmd = [binary, "bench", *args, "--json"]
+    j, err = bench_json(binary, args, env=env)
+    if j is None:
+        sys.exit(f"{' '.join(cmd)}: {err}")
+    return j, cmd
 
 
 def inner(args):

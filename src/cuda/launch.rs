@@ -544,3 +544,41 @@ pub(crate) fn pool_usage(ctx: &CudaContext, trim: bool) -> Result<(u64, u64)> {
     }
     Ok((used, reserved))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ParamBytes;
+
+    #[test]
+    fn param_bytes_keep_each_parameter_whole_at_a_16_byte_boundary_in_order() {
+        let map = [7u8; 128]; // a TMA descriptor's size
+        let mut p = ParamBytes::with_capacity(4, 0);
+        p.push(&0x0102_0304_0506_0708u64)
+            .push(&-5i32)
+            .push(&1.5f32)
+            .push_bytes(&map);
+        assert_eq!(p.sizes(), vec![8, 4, 4, 128]);
+        let base = p.bytes.as_ptr() as usize;
+        let want: [&[u8]; 4] = [
+            &0x0102_0304_0506_0708u64.to_ne_bytes(),
+            &(-5i32).to_ne_bytes(),
+            &1.5f32.to_ne_bytes(),
+            &map,
+        ];
+        let ptrs = p.pointers();
+        assert_eq!(ptrs.len(), 4);
+        let mut last_end = 0;
+        for ((ptr, &(start, len)), w) in ptrs.iter().zip(&p.at).zip(want) {
+            assert_eq!(
+                *ptr as usize - base,
+                start,
+                "the pointer is the parameter's first byte"
+            );
+            assert_eq!(start % 16, 0);
+            assert!(start >= last_end, "parameters do not overlap");
+            assert_eq!(&p.bytes[start..start + len], w);
+            last_end = start + len;
+        }
+        assert_eq!(ParamBytes::one(&3u64).sizes(), vec![8]);
+    }
+}

@@ -273,3 +273,21 @@ fn median_sorted(ts: &[f64]) -> f64 {
         _ => 0.5 * (ts[n / 2 - 1] + ts[n / 2]),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::bench_result;
+
+    #[test]
+    fn bench_result_takes_medians_of_the_call_times_and_of_the_host_times() {
+        let r = bench_result(vec![5.0, 1.0, 3.0, 4.0], vec![0.9, 0.3, 0.5, 0.7], 4);
+        assert_eq!(
+            (r.median_us, r.min_us, r.max_us, r.iters),
+            (3.5, 1.0, 5.0, 4)
+        );
+        assert_eq!(r.host_us, 0.6);
+        let one = bench_result(vec![2.0], vec![0.25], 1);
+        assert_eq!((one.median_us, one.host_us), (2.0, 0.25));
+        assert!(bench_result(Vec::new(), Vec::new(), 1).host_us.is_nan());
+    }
+}

@@ -15,6 +15,9 @@
 //   0  cp.async 16 B per thread, one commit group a tile, wait_group LOOK - 1 (tc_dec's copies)
 //   1  cp.async.bulk, one 256-byte copy a row (128 of them a tile, one thread each), mbarrier a slot
 //   2  cp.async.bulk, one 16 KiB copy each of K's and V's half tile (2 a tile), mbarrier a slot
+// With SPREAD > 1 the grid has SPREAD times the blocks and only every SPREAD-th reads (the others
+// exit at once): the same reading blocks, placed SPREAD SMs apart instead of side by side, to see
+// whether the bound is each SM's or that of the SMs' shared paths (a GPC's).
 // Timed with CUDA events, the median of 20 launches after 3 warm-ups; GB/s counts bytes read.
 // Not part of the crate or its tests: a measurement aid, its output recorded in docs/perf.md.
 #include <cstdio>
@@ -46,11 +49,12 @@ __device__ __forceinline__ void bulk(unsigned dst, const void* src, int bytes, u
 }
 
 template <int MODE, int NT, int LOOK>
-__global__ void __launch_bounds__(NT, 1) stream(const char* __restrict__ src, float* out) {
+__global__ void __launch_bounds__(NT, 1) stream(const char* __restrict__ src, float* out, int spread) {
     extern __shared__ __align__(128) unsigned char sm[];
     __shared__ __align__(8) unsigned long long bars[STAGES];
     const int tid = threadIdx.x;
-    const char* base = src + (size_t)blockIdx.x * CHUNK;
+    if (blockIdx.x % spread != 0) return;
+    const char* base = src + (size_t)(blockIdx.x / spread) * CHUNK;
     const unsigned s0 = smem_u32(sm);
     constexpr int NTILE = CHUNK / TILE;
     if (MODE > 0 && tid == 0) {
@@ -96,11 +100,11 @@ __global__ void __launch_bounds__(NT, 1) stream(const char* __restrict__ src, fl
         if (t + LOOK < NTILE) issue(t + LOOK);
         else if (MODE == 0) asm volatile("cp.async.commit_group;\n" ::: "memory");
     }
-    if (acc == 12345.f) out[blockIdx.x] = acc;  // never true: keeps the loads
+    if (acc == 12345.f) out[blockIdx.x / spread] = acc;  // never true: keeps the loads
 }
 
 template <int MODE, int NT, int LOOK>
-void run(const char* name, const char* d, float* o, int blocks) {
+void run(const char* name, const char* d, float* o, int blocks, int spread = 1) {
     auto k = stream<MODE, NT, LOOK>;
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, STAGES * TILE);
     cudaEvent_t a, b;
@@ -111,7 +115,7 @@ void run(const char* name, const char* d, float* o, int blocks) {
         // Rotate over four regions so that a block's chunk is not in L2 from the launch before.
         const char* src = d + (size_t)(i % 4) * 128 * CHUNK;
         cudaEventRecord(a);
-        k<<<blocks, NT, STAGES * TILE>>>(src, o);
+        k<<<blocks * spread, NT, STAGES * TILE>>>(src, o, spread);
         cudaEventRecord(b);
         cudaEventSynchronize(b);
         float ms;
@@ -121,7 +125,8 @@ void run(const char* name, const char* d, float* o, int blocks) {
     std::sort(ts.begin(), ts.end());
     const float us = ts[ts.size() / 2];
     const double gbs = (double)blocks * CHUNK / us / 1e3;
-    printf("%-44s blocks %3d  %7.1f us  %6.0f GB/s  %5.1f GB/s a block\n", name, blocks, us, gbs, gbs / blocks);
+    printf("%-44s blocks %3d (1 in %d) %7.1f us  %6.0f GB/s  %5.1f GB/s a block\n", name, blocks, spread, us, gbs,
+           gbs / blocks);
     if (cudaGetLastError() != cudaSuccess) printf("  CUDA error\n");
 }
 
@@ -143,5 +148,9 @@ int main() {
         run<2, 128, 4>("bulk 16 KiB, 4 tiles ahead", d, o, blocks);
         run<2, 128, 6>("bulk 16 KiB, 6 tiles ahead", d, o, blocks);
     }
+    run<0, 128, 4>("cp.async 16 B, 128 threads, 4 tiles ahead", d, o, 64, 2);
+    run<2, 128, 4>("bulk 16 KiB, 4 tiles ahead", d, o, 64, 2);
+    run<0, 128, 4>("cp.async 16 B, 128 threads, 4 tiles ahead", d, o, 32, 4);
+    run<0, 128, 4>("cp.async 16 B, 128 threads, 4 tiles ahead", d, o, 32, 1);
     return 0;
 }

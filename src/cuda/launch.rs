@@ -301,9 +301,9 @@ pub(crate) struct Launch {
 }
 
 /// A launch's parameters, in the kernel's order: each one's bytes at a 16-byte boundary of one
-/// buffer. One buffer rather than one allocation each: the TensorCore kernels take 36, and
-/// building and freeing them was about a microsecond of every call's host time (docs/perf.md, "A
-/// call's host time").
+/// buffer. One buffer rather than one allocation each: the TensorCore kernels take 36, whose
+/// allocations were part of the 2-3 µs a call spent building and dropping its launches
+/// (docs/perf.md, "A call's host time").
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ParamBytes {
     bytes: Vec<u8>,

@@ -187,6 +187,7 @@ impl TcArgs {
     /// Each parameter's bytes, in the kernels' order.
     fn params(&self) -> ParamBytes {
         let a = self;
+        // Room for the TMA prefill's two 128-byte tensor maps after the 36 fields.
         let mut p = ParamBytes::with_capacity(38, 2 * 128 + std::mem::size_of::<TcArgs>());
         p.push(&a.q)
             .push(&a.k)

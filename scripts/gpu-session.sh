@@ -4,7 +4,7 @@
 # `python3 kernels/build.py nvcc13`, for the planted leaks `python3 audit/plant_gpu_leak.py` and
 # `python3 audit/plant_tc_leak.py` (and `--oldcap`); then on the device (carry .carry/bundle.tar.xz):
 #   bash scripts/gpu-session.sh [stage ...]
-#   stages: info selftest tests sanitize decsan tcdecsan tclse tcpaged d7 planted bench quickbench exdec dudect pageddudect tcbench tcdudect kvcache
+#   stages: info selftest tests sanitize decsan tcdecsan tclse tcpaged d7 planted bench quickbench exdec dudect pageddudect tcbench tcdudect kvcache grid probes
 # With no stage, runs info selftest tests sanitize d7 bench. Each stage's log is $OUT/<stage>.log;
 # a summary (GPU name, date, exit status and seconds per stage) is printed last.
 #
@@ -208,6 +208,18 @@ for s in "${STAGES[@]}"; do
           --path exact --dtype bf16 --q-heads 32 --kv-heads 8 --q-len 1 --head-dim 128 $shape --warmup 0 --iters 1
       done
       awk '/^  detattn_dec_/{k=$1} /^ +gpu__time_duration.sum/{print k, $NF}' "$OUT/exdec.log" ;;
+    grid)
+      # Issue 11's whole decode grid (TensorCore, one call a sample; caches up to 4.5 GB: the
+      # 17.2 GB one takes the host minutes to generate), with SDPA, the ceiling and same-bytes copies.
+      stage grid 480 python3 scripts/gpu_compare.py "$BIN" "$OUT/grid.json" --paths tensorcore --only grid \
+        --max-cache-gb 4.5 ;;
+    probes)
+      # The measurement aids of docs/perf.md ("What bounds a 64-block split decode", "A call's host
+      # time"): what one block's copies reach, what a bare launch costs the host.
+      stage probes 120 nvcc -arch=sm_90a -O3 -o "$OUT/probe_load" scripts/probe_load_rate.cu
+      stage probes 120 "$OUT/probe_load"
+      stage probes 120 nvcc -arch=sm_90a -O3 -o "$OUT/probe_launch" scripts/probe_launch_cost.cu -lcuda
+      stage probes 60 "$OUT/probe_launch" ;;
     tcbench)
       for n in 1 10; do
         stage tcbench 280 python3 scripts/gpu_compare.py "$BIN" "$OUT/tc-compare-ps$n.json" \

@@ -31,7 +31,9 @@
 //! copies and writes the canonical NaN over exactly the affected rows. Every launch is the same
 //! whatever the values: only the policy and the shape choose them.
 
-use super::launch::{Kernel, Launch, Module, ParamBytes, tensor_map_2byte, within_grid_yz};
+use super::launch::{
+    Kernel, Launch, Module, ParamBytes, driver_version, tensor_map_2byte, within_grid_yz,
+};
 use super::path::{DevTensor, GpuPath, Io, PagedIo, Step};
 use super::unread_pages;
 use crate::dtype::DType;
@@ -92,7 +94,8 @@ pub(crate) struct TensorCore {
     poison: [Kernel; 2],
     merge: [Kernel; 2],
     /// The decode kernels let a split decode's merge launch early and the merge waits for them
-    /// (`tc_pdl`: sm_90 and later), so the merge may go with [`Launch::early`] ([`merge_early`]).
+    /// (`tc_pdl`: sm_90 and later), and the driver has cuLaunchKernelEx (CUDA 12.0 and later), so
+    /// the merge may go with [`Launch::early`] ([`merge_early`]).
     pdl: bool,
     /// The device's streaming multiprocessors: the most blocks worth walking query tiles (the
     /// TMA prefill, [`tma_grid`]), and what a split decode's merge may launch early beside
@@ -455,7 +458,9 @@ impl TensorCore {
             sanitize: by_dt("tc_sanitize", &policy_abi)?,
             poison: by_dt("tc_poison", &policy_abi)?,
             merge: by_dt("tc_merge", &merge_abi)?,
-            pdl: pdl != 0,
+            // cuLaunchKernelEx, which the early launch goes through, is CUDA 12.0's: an older driver
+            // lacks the symbol (cudarc would panic), so there the merge is an ordinary launch.
+            pdl: pdl != 0 && driver_version()? >= 12000,
             sms: module.sm_count()?,
             kchunk: kchunk as usize,
             first_bad: module.kernel("tc_first_bad", 0, &policy_abi)?,

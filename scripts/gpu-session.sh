@@ -215,9 +215,12 @@ for s in "${STAGES[@]}"; do
         --max-cache-gb 4.5 ;;
     probes)
       # The measurement aids of docs/perf.md ("What bounds a 64-block split decode", "A call's host
-      # time"): what one block's copies reach, what a bare launch costs the host.
+      # time"): what one block's copies reach, what the best read of a decode's bytes reaches by the
+      # rows' protocol (and a chunk read by a cluster of two), what a bare launch costs the host.
       stage probes 120 nvcc -arch=sm_90a -O3 -o "$OUT/probe_load" scripts/probe_load_rate.cu
       stage probes 120 "$OUT/probe_load"
+      stage probes 120 nvcc -arch=sm_90a -O3 -o "$OUT/probe_read" scripts/probe_read_bound.cu
+      stage probes 120 "$OUT/probe_read"
       stage probes 120 nvcc -arch=sm_90a -O3 -o "$OUT/probe_launch" scripts/probe_launch_cost.cu -lcuda
       stage probes 60 "$OUT/probe_launch" ;;
     tcbench)

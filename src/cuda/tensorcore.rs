@@ -95,11 +95,10 @@ pub(crate) struct TensorCore {
     merge: [Kernel; 2],
     /// The decode kernels let a split decode's merge launch early and the merge waits for them
     /// (`tc_pdl`: sm_90 and later), and the driver has cuLaunchKernelEx (CUDA 12.0 and later), so
-    /// the merge may go with [`Launch::early`] ([`merge_early`]).
+    /// every split decode's merge goes with [`Launch::early`].
     pdl: bool,
     /// The device's streaming multiprocessors: the most blocks worth walking query tiles (the
-    /// TMA prefill, [`tma_grid`]), and what a split decode's merge may launch early beside
-    /// ([`merge_early`]).
+    /// TMA prefill, [`tma_grid`]).
     sms: usize,
     /// Keys per chunk of the key split (`tc_kchunk`).
     kchunk: usize,
@@ -469,16 +468,6 @@ impl TensorCore {
     }
 }
 
-/// Whether a split decode's merge is launched early (programmatic stream serialisation, where the
-/// cubin supports it): only where the decode's blocks and the merge's fit on the SMs side by side.
-/// Launched early, the merge's blocks take the SMs the decode leaves free as soon as the decode has
-/// started, and wait there; where too few are free they pile onto those few and then fold there
-/// (H200, 2026-11-28: 128 decode blocks with 128 merge blocks, +3.5 µs a call; 64 with 64, −1 µs;
-/// docs/perf.md, "The merge launched early"). A launch choice: the bits are the same either way.
-fn merge_early(dec_blocks: usize, merge_blocks: usize, sms: usize) -> bool {
-    dec_blocks + merge_blocks <= sms
-}
-
 /// The kernels `{stem}_{f16,bf16}_d{D}[_causal]` of the first `N` head dims of
 /// [`TENSORCORE_HEAD_DIMS`], as `[dtype][head dim][causal: no, yes]`, each allowed its head dim's
 /// shared memory and checked against the parameter sizes `abi`.
@@ -809,8 +798,6 @@ impl TensorCore {
                 early: false,
             }];
             if split {
-                let dec_blocks = nch * s.kv_heads * s.batch;
-                let merge_blocks = s.group() * s.q_len * s.kv_heads * s.batch;
                 let m = TcMerge {
                     part,
                     o: io.out.addr,
@@ -841,7 +828,13 @@ impl TensorCore {
                     block: s.head_dim as u32,
                     smem: 0,
                     params: ParamBytes::one(&m),
-                    early: self.pdl && merge_early(dec_blocks, merge_blocks, self.sms),
+                    // Early wherever the kernels and the driver allow it: the merge's blocks take
+                    // the SMs the decode leaves free as soon as every decode block has started, and
+                    // wait there. With 128 decode blocks on 132 SMs as well (H200, 2026-11-29: one
+                    // a sample −1.5 to −2.8 µs on four of five shapes, ten a sample unchanged;
+                    // docs/perf.md, "What a decode of 64 or 128 blocks can reach"). A launch
+                    // choice: the bits are the same either way.
+                    early: self.pdl,
                 });
             }
             out
@@ -1021,19 +1014,6 @@ mod tests {
         // pairs are past it (2 against 31 / 17): a block per tile.
         assert_eq!(tma_grid(64, 2, true, 17), 17);
         assert_eq!(tma_grid(62, 2, true, 17), 62);
-    }
-
-    #[test]
-    fn merge_launches_early_only_beside_a_decode_that_leaves_it_room() {
-        // The H200 calls of perf.md, "The merge launched early" (132 SMs): B1 S131072 Hkv 1 (64
-        // decode blocks, 4 merge blocks) and B2 S8192 Hkv 8 (64, 64) early; dec1 (128, 32) and
-        // B32 S8192 Hkv 1 (128, 128), where early the merge crowded onto 4 free SMs, not.
-        assert!(merge_early(64, 4, 132));
-        assert!(merge_early(64, 64, 132));
-        assert!(merge_early(66, 66, 132));
-        assert!(!merge_early(66, 67, 132));
-        assert!(!merge_early(128, 32, 132));
-        assert!(!merge_early(128, 128, 132));
     }
 
     #[test]

@@ -734,7 +734,8 @@ fn reject_reads_what_the_cpu_reads() {
 /// a rejected input writes neither output: a buffer of the wrong length (`run_device`,
 /// `run_device_paged`, `run_device_raw`: [`Error::TensorLength`] of `lse`), a raw address that is
 /// not 4-byte aligned ([`Error::Misaligned`]) or whose allocation ends before its last entry
-/// ([`Error::TensorExtent`]; checked against the driver's allocation range), a NaN under `Reject` ([`Error::NonFinite`]); in every case the output
+/// ([`Error::TensorExtent`]; checked against the driver's allocation range) or that is host
+/// memory ([`Error::WrongDevice`]), a NaN under `Reject` ([`Error::NonFinite`]); in every case the output
 /// and the log-sum-exp keep their poison.
 #[test]
 fn device_log_sum_exp_errors_write_nothing() {
@@ -864,6 +865,20 @@ fn device_log_sum_exp_errors_write_nothing() {
                 ),
                 "{path}: {err:?}"
             );
+            // An address the driver does not know as device memory (host memory): not this
+            // device's ([`Error::WrongDevice`]), as for any address outside an allocation.
+            let host = vec![0f32; n];
+            let err = run((host.as_ptr() as u64, n)).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::WrongDevice {
+                        tensor: TensorName::Lse,
+                        ..
+                    }
+                ),
+                "{path}: {err:?}"
+            );
         }
         untouched(&dout, &big, "run_device_raw, bad lse");
         // Reject: a NaN in q, neither output written.
@@ -888,8 +903,8 @@ fn device_log_sum_exp_errors_write_nothing() {
         );
         untouched(&dout, &dlse, "Reject with a NaN in q");
         loud(&format!(
-            "device lse errors on {}: wrong lengths (3 entry points), misaligned and overrunning \
-             raw addresses, Reject: typed errors, nothing written",
+            "device lse errors on {}: wrong lengths (3 entry points), misaligned, overrunning and \
+             host raw addresses, Reject: typed errors, nothing written",
             e.describe()
         ));
     }

@@ -71,24 +71,25 @@ impl Device {
         }
     }
 
-    /// The key lengths of `p` on the device ([`key_lengths`]).
-    fn kv_lens(&self, p: &Problem) -> Result<CudaSlice<i32>> {
+    /// A call's own memory ([`CallMemory`]): the scratch buffers of these sizes, zeroed, and the
+    /// key lengths of `p` ([`key_lengths`]), uploaded.
+    fn call_memory(&self, p: &Problem, sizes: &[usize]) -> Result<CallMemory> {
+        let lens = key_lengths(p);
+        let (offsets, at, total) = CallMemory::layout(sizes, lens.len());
+        let mut buf = self
+            .stream
+            .alloc_zeros::<u8>(total)
+            .map_err(self.alloc_err(total as u64))?;
+        let bytes: &[u8] = bytemuck::cast_slice(&lens);
+        let mut dst = buf.slice_mut(at..at + bytes.len());
         self.stream
-            .clone_htod(&key_lengths(p))
-            .map_err(drv("cuMemcpyHtoD"))
-    }
-
-    /// Zeroed scratch buffers of these sizes.
-    fn scratch(&self, sizes: &[usize]) -> Result<Vec<CudaSlice<u8>>> {
-        let total = sizes.iter().sum::<usize>() as u64;
-        sizes
-            .iter()
-            .map(|&n| {
-                self.stream
-                    .alloc_zeros::<u8>(n.max(1))
-                    .map_err(self.alloc_err(total))
-            })
-            .collect()
+            .memcpy_htod(bytes, &mut dst)
+            .map_err(drv("cuMemcpyHtoD"))?;
+        Ok(CallMemory {
+            buf,
+            scratch: offsets,
+            lens: at,
+        })
     }
 
     fn check_context(&self, tensor: TensorName, ctx: &Arc<CudaContext>) -> Result<()> {
@@ -128,12 +129,64 @@ impl Device {
     }
 }
 
+/// A call's own device memory in one allocation: the path's scratch buffers (zeroed, each at a
+/// 256-byte aligned offset, buffer 0 first) and then the key lengths (`B` i32). One allocation
+/// because each costs the host more than the driver's allocation: cudarc's stream-ordering
+/// events for it, its guard at every launch, its free (H200, 2026-11-29: a small TensorCore decode
+/// called from Python took 169–196 µs of host time with eight, 114–117 with one; docs/perf.md,
+/// "A whole call from Python").
+struct CallMemory {
+    buf: CudaSlice<u8>,
+    /// Where each scratch buffer starts, in the order of [`GpuPath::scratch`].
+    scratch: Vec<usize>,
+    /// Where the key lengths start.
+    lens: usize,
+}
+
+impl CallMemory {
+    const ALIGN: usize = 256;
+
+    /// The scratch buffers' offsets, the key lengths' offset and the bytes in all, for scratch
+    /// buffers of `sizes` bytes (each at least 1) and `lens` key lengths.
+    fn layout(sizes: &[usize], lens: usize) -> (Vec<usize>, usize, usize) {
+        let mut at = 0;
+        let offsets = sizes
+            .iter()
+            .map(|&n| {
+                let o = at;
+                at += n.max(1).next_multiple_of(Self::ALIGN);
+                o
+            })
+            .collect();
+        (offsets, at, at + 4 * lens.max(1))
+    }
+
+    /// The bytes a call of these scratch sizes allocates (what [`Device::reserve`] is asked for).
+    fn bytes(sizes: &[usize], p: &Problem) -> u64 {
+        Self::layout(sizes, key_lengths(p).len()).2 as u64
+    }
+
+    /// The scratch buffers' addresses, in order, and the key lengths', held by `g` for `st`.
+    fn addrs<'a>(&'a mut self, g: &mut Guards<'a>, st: &'a CudaStream) -> (Vec<u64>, u64) {
+        let base = g.w(&mut self.buf, st);
+        let scratch = self.scratch.iter().map(|&o| base + o as u64).collect();
+        (scratch, base + self.lens as u64)
+    }
+
+    /// The key lengths' address, for launches whose buffers the caller orders itself (the
+    /// raw-address entry points, [`raw_steps`]).
+    fn lens_addr(&self, st: &CudaStream) -> u64 {
+        let mut g = Guards::default();
+        g.r(&self.buf, st) + self.lens as u64
+    }
+}
+
 /// The bytes of the three check words at the start of scratch buffer 0, read after the stream
 /// has run the `Check` step, and the one decision on them.
-fn decide(dev: &Device, scratch: &CudaSlice<u8>) -> Result<()> {
+fn decide(dev: &Device, mem: &CallMemory) -> Result<()> {
     let words: Vec<u8> = dev
         .stream
-        .clone_dtoh(scratch)
+        .clone_dtoh(&mem.buf.slice(0..12))
         .map_err(drv("cuMemcpyDtoH"))?;
     dev.stream
         .synchronize()
@@ -199,9 +252,8 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     let needed = bufs.iter().map(|b| b.len() as u64 * elem).sum::<u64>()
         + s.q_elems() as u64 * elem
         + x.mask.map_or(0, |m| m.len() as u64)
-        + 4 * key_lengths(p).len() as u64
         + lse.as_ref().map_or(0, |l| 4 * l.len() as u64)
-        + sizes.iter().sum::<usize>() as u64;
+        + CallMemory::bytes(&sizes, p);
     dev.reserve(needed)?;
     if p.nonfinite() == NonFinitePolicy::Reject {
         tensor::reject_nonfinite(p, &(*x).into())?;
@@ -223,8 +275,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     let mut dout = st
         .alloc_zeros::<u8>(s.q_elems() * T::DTYPE.size())
         .map_err(dev.alloc_err(needed))?;
-    let lens = dev.kv_lens(p)?;
-    let mut sc = dev.scratch(&sizes)?;
+    let mut mem = dev.call_memory(p, &sizes)?;
     // The log-sum-exp, when asked: `[B, Hq, Sq]` row-major (for a varlen batch `[Hq, total]`, the
     // same with B = 1), as the caller's slice.
     let mut dlse = match &lse {
@@ -237,6 +288,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     {
         let mut g = Guards::default();
         let addrs: Vec<u64> = dbufs.iter().map(|b| g.r(b, st)).collect();
+        let (scratch, kv_lens) = mem.addrs(&mut g, st);
         let e = elem as usize;
         let io = Io {
             q: DevTensor::new(addrs[which(x.q.data)], x.q.layout, e),
@@ -244,11 +296,10 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
             v: DevTensor::new(addrs[which(x.v.data)], x.v.layout, e),
             out: DevTensor::new(g.w(&mut dout, st), staged, e),
             mask: dmask.as_ref().map_or(0, |m| g.r(m, st)),
-            kv_lens: g.r(&lens, st),
+            kv_lens,
             lse: lse_tensor(p, dlse.as_mut().map_or(0, |l| g.w(l, st))),
             pages: None,
         };
-        let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
         let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
         // SAFETY: every address in `io` is a buffer allocated above at the size of the host
         // slice it mirrors, which tensor::check_call checked against the layouts (the output:
@@ -310,8 +361,7 @@ fn device_operands<T>(x: &DeviceQkv<'_, T>, out: &DeviceTensorMut<'_, T>) -> Ope
 /// What a device call has allocated and which steps it runs, after its checks.
 struct DeviceCall<Pl> {
     plan: Pl,
-    lens: CudaSlice<i32>,
-    scratch: Vec<CudaSlice<u8>>,
+    mem: CallMemory,
     check: bool,
 }
 
@@ -394,11 +444,10 @@ fn allocate<P: GpuPath>(
 ) -> Result<DeviceCall<P::Plan>> {
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
-    dev.reserve(sizes.iter().sum::<usize>() as u64 + 4 * key_lengths(p).len() as u64 + extra)?;
+    dev.reserve(CallMemory::bytes(&sizes, p) + extra)?;
     Ok(DeviceCall {
         plan,
-        lens: dev.kv_lens(p)?,
-        scratch: dev.scratch(&sizes)?,
+        mem: dev.call_memory(p, &sizes)?,
         check,
     })
 }
@@ -410,7 +459,7 @@ fn device_io<'a, T>(
     p: &Problem,
     x: &'a DeviceQkv<'_, T>,
     out: &'a mut DeviceTensorMut<'_, T>,
-    lens: &'a CudaSlice<i32>,
+    kv_lens: u64,
     pages: Option<&'a DeviceTable>,
 ) -> Io {
     let e = std::mem::size_of::<T>();
@@ -421,7 +470,7 @@ fn device_io<'a, T>(
         v: DevTensor::new(g.r(x.v.data, st), x.v.layout, e),
         out: DevTensor::new(g.w(out.data, st), out.layout, e),
         mask: x.mask.map_or(0, |m| g.r(m, st)),
-        kv_lens: g.r(lens, st),
+        kv_lens,
         lse: lse_tensor(p, lse),
         pages: pages.map(|t| t.io(g, st)),
     }
@@ -460,8 +509,8 @@ fn run_steps<P: GpuPath, T: Element + DeviceRepr>(
     for &step in c.steps() {
         {
             let mut g = Guards::default();
-            let io = device_io(&mut g, stream, p, x, &mut out, &c.lens, pages);
-            let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
+            let (scratch, kv_lens) = c.mem.addrs(&mut g, stream);
+            let io = device_io(&mut g, stream, p, x, &mut out, kv_lens, pages);
             let launches = path.launches(p, &c.plan, &io, &scratch, step)?;
             // SAFETY: the caller's buffers live on this device (checked) and hold what their
             // layouts reach (tensor::check_call); the key lengths hold B ints; the scratch
@@ -470,7 +519,7 @@ fn run_steps<P: GpuPath, T: Element + DeviceRepr>(
             unsafe { dev.submit(stream, &launches)? };
         }
         if step == Step::Check {
-            decide(dev, &c.scratch[0])?;
+            decide(dev, &c.mem)?;
         }
     }
     Ok(())
@@ -941,8 +990,8 @@ fn call_launches<'a, P: GpuPath, T>(
     pages: Option<&'a DeviceTable>,
 ) -> Result<Vec<Launch>> {
     let steps = c.steps(); // before the scratch guards borrow `c` for 'a
-    let io = device_io(g, stream, p, x, out, &c.lens, pages);
-    let scratch: Vec<u64> = c.scratch.iter_mut().map(|b| g.w(b, stream)).collect();
+    let (scratch, kv_lens) = c.mem.addrs(g, stream);
+    let io = device_io(g, stream, p, x, out, kv_lens, pages);
     let mut launches = Vec::new();
     for &step in steps {
         launches.extend(path.launches(p, &c.plan, &io, &scratch, step)?);
@@ -1003,8 +1052,7 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
         _ => (plan(path, p, T::DTYPE, &ops)?, None, None),
     };
     let sizes = path.scratch(p, &plan, false);
-    let lens = dev.kv_lens(p)?;
-    let mut sc = dev.scratch(&sizes)?;
+    let mut mem = dev.call_memory(p, &sizes)?;
     let r = timing::sample(st, opts, |i| {
         let set = &sets[i];
         let x = match (&mut gathered, set.paging()) {
@@ -1017,8 +1065,8 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
         };
         let mut o = DeviceTensorMut::new(&mut out, ol);
         let mut g = Guards::default();
-        let io = device_io(&mut g, st, p, &x, &mut o, &lens, table.as_ref());
-        let scratch: Vec<u64> = sc.iter_mut().map(|b| g.w(b, st)).collect();
+        let (scratch, kv_lens) = mem.addrs(&mut g, st);
+        let io = device_io(&mut g, st, p, &x, &mut o, kv_lens, table.as_ref());
         let launches = path.launches(p, &plan, &io, &scratch, Step::Compute { checked: false })?;
         // SAFETY: the input sets and the output were allocated for this problem's layouts
         // (checked above), the scratch at the plan's sizes, all on this device; the guards keep
@@ -1051,7 +1099,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
     let plan = plan(path, p, T::DTYPE, &ops)?;
     check_raw_addresses::<P, T>(dev, x, outs)?;
     let mut c = allocate(dev, path, p, plan, 0)?;
-    let io = raw_io::<T>(dev, p, x, outs, &c.lens, None);
+    let io = raw_io::<T>(dev, p, x, outs, c.mem.lens_addr(&dev.stream), None);
     // SAFETY: the addresses of `io` were checked to lie in allocations of this device that hold
     // the extents tensor::check_call verified, and the caller keeps them alive until `stream` has
     // run the work (its contract, which is raw_steps'); the key lengths and scratch are `c`'s,
@@ -1100,7 +1148,7 @@ pub(crate) unsafe fn run_device_raw_paged<P: GpuPath, T: Element + DeviceRepr + 
             let bytes = 4 * cache.block_table.len() as u64;
             let mut c = allocate(dev, path, p, plan, bytes)?;
             let table = DeviceTable::upload(dev, &paging, bytes)?;
-            let io = raw_io::<T>(dev, p, &x, outs, &c.lens, Some(&table));
+            let io = raw_io::<T>(dev, p, &x, outs, c.mem.lens_addr(&dev.stream), Some(&table));
             // SAFETY: as in run_device_raw; the table was uploaded above for this call (its used
             // entries checked against the pages) and is dropped after raw_steps has ordered its
             // release after `stream`.
@@ -1122,7 +1170,7 @@ pub(crate) unsafe fn run_device_raw_paged<P: GpuPath, T: Element + DeviceRepr + 
                 p,
                 &g.raw_qkv(&dev.stream, x.q, mask),
                 outs,
-                &c.lens,
+                c.mem.lens_addr(&dev.stream),
                 None,
             );
             // SAFETY: as in run_device_raw; the gather reads the pages through the table's
@@ -1211,14 +1259,14 @@ fn check_raw_addresses<P: GpuPath, T>(
     Ok(())
 }
 
-/// The addresses of a raw-address call: the caller's tensors `x` and `outs`, the key lengths
-/// `lens`, and for a path that reads pages the block table.
+/// The addresses of a raw-address call: the caller's tensors `x` and `outs`, the key lengths at
+/// `kv_lens`, and for a path that reads pages the block table.
 fn raw_io<T>(
     dev: &Device,
     p: &Problem,
     x: &RawDeviceQkv,
     outs: &RawDeviceOut,
-    lens: &CudaSlice<i32>,
+    kv_lens: u64,
     pages: Option<&DeviceTable>,
 ) -> Io {
     let e = std::mem::size_of::<T>();
@@ -1230,7 +1278,7 @@ fn raw_io<T>(
         v: DevTensor::new(x.v.ptr, x.v.layout, e),
         out: DevTensor::new(outs.out.ptr, outs.out.layout, e),
         mask: x.mask.map_or(0, |m| m.0),
-        kv_lens: g.r(lens, st),
+        kv_lens,
         lse: lse_tensor(p, outs.lse.map_or(0, |l| l.0)),
         pages: pages.map(|t| t.io(&mut g, st)),
     }
@@ -1260,7 +1308,7 @@ unsafe fn raw_steps<P: GpuPath>(
     let own = RawStream::of(&dev.stream);
     let scratch: Vec<u64> = {
         let mut g = Guards::default();
-        c.scratch.iter_mut().map(|b| g.w(b, &dev.stream)).collect()
+        c.mem.addrs(&mut g, &dev.stream).0
     };
     // SAFETY: both streams belong to this device's context (the caller's contract for `stream`).
     unsafe { launch::order_after(&dev.ctx, own, stream)? };
@@ -1275,7 +1323,7 @@ unsafe fn raw_steps<P: GpuPath>(
             if step == Step::Check {
                 // SAFETY: as above.
                 unsafe { launch::order_after(&dev.ctx, stream, own)? };
-                decide(dev, &c.scratch[0])?;
+                decide(dev, &c.mem)?;
             }
         }
         Ok(())
@@ -1370,5 +1418,34 @@ impl super::CudaBackend {
                 run_device_raw_paged::<_, T>(&self.dev, &self.gather, m, st, p, q, cache, mask, out)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallMemory;
+
+    #[test]
+    fn call_memory_places_every_buffer_apart_aligned_and_the_words_first() {
+        // The TensorCore path's seven buffers of a Propagate decode, empty ones among them, and
+        // odd sizes: buffer 0 (the check words) at 0, each buffer at a 256-byte boundary past the
+        // one before (at least 1 byte each), the key lengths after the last, and the total their end.
+        for (sizes, lens) in [
+            (vec![16, 4, 4, 4, 4, 4, 4], 1),
+            (vec![16, 0, 257, 256, 1, 70_000, 4096], 32),
+            (vec![0], 0),
+        ] {
+            let (off, at, total) = CallMemory::layout(&sizes, lens);
+            assert_eq!(off.len(), sizes.len());
+            assert_eq!(off[0], 0);
+            let mut end = 0;
+            for (&o, &n) in off.iter().zip(&sizes) {
+                assert_eq!(o % CallMemory::ALIGN, 0);
+                assert!(o >= end, "buffer at {o} overlaps the one ending at {end}");
+                end = o + n.max(1);
+            }
+            assert!(at >= end && at % 4 == 0);
+            assert_eq!(total, at + 4 * lens.max(1));
+        }
     }
 }

@@ -454,29 +454,29 @@ pub(crate) unsafe fn submit(
 }
 
 /// Where a device address lies: its allocation's first byte and size, and the device ordinal,
-/// as the driver reports them (`cuPointerGetAttribute`). `None` when the address is not device
-/// memory the driver knows (a host pointer, garbage).
+/// as the driver reports them, in one query (`cuPointerGetAttributes`: one driver call where three
+/// `cuPointerGetAttribute` were, for each tensor of a raw-address call). `None` when the address
+/// is not device memory the driver knows (a host pointer, garbage): the query then succeeds with
+/// each attribute at its null value, an allocation of size 0.
 pub(crate) fn allocation_of(ctx: &CudaContext, ptr: u64) -> Result<Option<(u64, u64, i32)>> {
     ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent"))?;
-    let attr = |a: sys::CUpointer_attribute, out: *mut c_void| {
-        // SAFETY: `out` points to a local of the size the attribute writes (an 8-byte address or
-        // size, a 4-byte ordinal); the driver only reads `ptr` as a number.
-        unsafe { sys::cuPointerGetAttribute(out, a, ptr) }
-    };
-    let (mut start, mut size, mut ordinal) = (0u64, 0u64, -1i32);
     use sys::CUpointer_attribute as A;
-    let ok = attr(
+    let mut attrs = [
         A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    ];
+    let (mut start, mut size, mut ordinal) = (0u64, 0u64, -1i32);
+    let mut data: [*mut c_void; 3] = [
         (&mut start as *mut u64).cast(),
-    ) == sys::CUresult::CUDA_SUCCESS
-        && attr(
-            A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-            (&mut size as *mut u64).cast(),
-        ) == sys::CUresult::CUDA_SUCCESS
-        && attr(
-            A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            (&mut ordinal as *mut i32).cast(),
-        ) == sys::CUresult::CUDA_SUCCESS;
+        (&mut size as *mut u64).cast(),
+        (&mut ordinal as *mut i32).cast(),
+    ];
+    // SAFETY: `attrs` and `data` hold three entries each, `data[i]` pointing to a local of the
+    // size attribute `i` writes (an 8-byte address or size, a 4-byte ordinal); the driver only
+    // reads `ptr` as a number.
+    let r = unsafe { sys::cuPointerGetAttributes(3, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr) };
+    let ok = r == sys::CUresult::CUDA_SUCCESS && size > 0 && ordinal >= 0;
     Ok(ok.then_some((start, size, ordinal)))
 }
 

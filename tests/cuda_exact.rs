@@ -813,3 +813,51 @@ fn structured_extremes_bit_identical_to_cpu() {
     }
     eprintln!("{n} structured extreme problems: GPU = CPU bit for bit, all finite");
 }
+
+/// Scratch that a call writes in full before reading it is not zeroed (`GpuPath::written_first`:
+/// the prepared K and V rows, f32, twice the size of a 16-bit K and V): so no bit may depend on
+/// what earlier work left in that memory. The stream's pool is soiled with 0xFF bytes (NaN),
+/// then 0x00, then 0x5A before the same call through the device entry; every output must be the
+/// CPU's bits. Problems under both policies: a prefill (the fast kernels read the prepared rows)
+/// and a decode (under `Reject` the scan prepares them), with key lengths.
+#[test]
+fn stale_scratch_changes_no_bit() {
+    let test = "stale_scratch_changes_no_bit";
+    let Some(e) = gpu(test) else {
+        return;
+    };
+    let be = cuda(&e);
+    let st = be.stream();
+    let shapes = [
+        Shape::new(2, 4, 2, 40, 300, 64),
+        Shape::new(2, 8, 2, 1, 3000, 128),
+    ];
+    let mut n = 0;
+    for (i, shape) in shapes.into_iter().enumerate() {
+        for policy in [NonFinitePolicy::Reject, NonFinitePolicy::Propagate] {
+            let p = Problem::builder(shape)
+                .causal(i == 0)
+                .kv_lens(vec![shape.kv_len, shape.kv_len / 2 + 7])
+                .nonfinite(policy)
+                .build()
+                .expect("valid problem");
+            let c = inputs::<bf16>(&p, 70 + i as u64, 0, 4, false);
+            let cpu = Engine::cpu()
+                .run(&p, &c.q, &c.k, &c.v, c.mask.as_deref())
+                .expect("cpu");
+            for byte in [0xFFu8, 0x00, 0x5A] {
+                gpu_common::soil_pool(&st, 256 << 20, byte);
+                let dev = run_device(be, &st, &p, &c).unwrap_or_else(|err| panic!("{test}: {err}"));
+                if let Some(d) = first_diff(&cpu, &dev) {
+                    panic!("{test} {p:?}, pool soiled with {byte:#04x}: {d}");
+                }
+                n += 1;
+            }
+        }
+    }
+    gpu_common::loud(&format!(
+        "{test}: {n} calls (prefill and decode, both policies) after the pool was soiled with \
+         0xff, 0x00, 0x5a: the CPU's bits on {}",
+        e.describe()
+    ));
+}

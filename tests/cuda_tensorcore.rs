@@ -35,7 +35,7 @@ fn gpu(test: &str) -> Option<Engine> {
     gpu_common::gpu(test, Path::TensorCore)
 }
 
-use gpu_common::{bench_opts, dev_run, dev_time, loud};
+use gpu_common::{bench_opts, dev_run, dev_time, loud, soil_pool};
 
 const DIMS: [usize; 3] = [64, 128, 256];
 
@@ -1973,5 +1973,65 @@ fn structured_extremes_are_finite_on_every_kernel() {
     loud(&format!(
         "structured extremes: {n} problems (7 structures x 7 patterns x K/V variants, f16/bf16, \
          D 64/128/256): every output finite, unseen rows +0"
+    ));
+}
+
+/// Scratch that a call writes in full before reading it is not zeroed (`GpuPath::written_first`:
+/// under `Propagate` the sanitised copies of Q, K and V, as large as the inputs): so no bit may
+/// depend on what earlier work left in that memory. The stream's pool is soiled with 0xFF bytes
+/// (NaN), then 0x00, then 0x5A before the same call, through the device entry and the host entry:
+/// every output must be the same bits. Problems: a decode (split: 5 000 keys) with key lengths
+/// and NaNs planted, and a causal prefill across a key chunk. A sanitise kernel that skips the
+/// copy's odd rows (planted once through the test-only override, kernels left as shipped) fails
+/// it.
+#[test]
+fn stale_scratch_changes_no_bit() {
+    let test = "stale_scratch_changes_no_bit";
+    let Some(e) = gpu(test) else {
+        return;
+    };
+    let cb = e.cuda().expect("cuda");
+    let st = cb.stream();
+    let cases = [
+        problem((2, 8, 2, 1, 5000, 128), false, Some(vec![5000, 2300]), None),
+        problem((1, 4, 2, 70, 2200, 64), true, None, None),
+    ];
+    for (i, p0) in cases.iter().enumerate() {
+        let p = with_policy(p0, NonFinitePolicy::Propagate);
+        let mut x = inputs::<bf16>(&p, 40 + i as u64);
+        plant(&mut x, &mut SplitMix64::new(7 + i as u64), 3);
+        let s = p.shape();
+        let up = |t: &[bf16]| st.clone_htod(t).expect("upload");
+        let (dq, dk, dv) = (up(&x.q), up(&x.k), up(&x.v));
+        let mut seen: Vec<(String, Vec<u32>)> = Vec::new();
+        for byte in [0xFFu8, 0x00, 0x5A] {
+            soil_pool(&st, 256 << 20, byte);
+            let mut out = up(&vec![bf16::from_f32(0.0); s.q_elems()]);
+            dev_run(cb, Path::TensorCore, &st, &p, &dq, &dk, &dv, None, &mut out)
+                .unwrap_or_else(|err| panic!("{test} case {i}: {err}"));
+            let dev = st.clone_dtoh(&out).expect("download");
+            seen.push((
+                format!("device entry, pool soiled with {byte:#04x}"),
+                bits(&dev),
+            ));
+            soil_pool(&st, 256 << 20, byte);
+            let host = run(&e, &p, &x);
+            seen.push((
+                format!("host entry, pool soiled with {byte:#04x}"),
+                bits(&host),
+            ));
+        }
+        for (what, b) in &seen[1..] {
+            assert!(
+                *b == seen[0].1,
+                "{test} case {i} ({p:?}): {what} differs from {}",
+                seen[0].0
+            );
+        }
+    }
+    loud(&format!(
+        "{test}: a split decode and a chunked prefill under Propagate, device and host entries, \
+         the pool soiled with 0xff, 0x00, 0x5a before each call: the same bits on {}",
+        e.describe()
     ));
 }

@@ -71,15 +71,24 @@ impl Device {
         }
     }
 
-    /// A call's own memory ([`CallMemory`]): the scratch buffers of these sizes, zeroed, and the
-    /// key lengths of `p` ([`key_lengths`]), uploaded.
-    fn call_memory(&self, p: &Problem, sizes: &[usize]) -> Result<CallMemory> {
+    /// A call's own memory ([`CallMemory`]): the scratch buffers of `sizes` bytes, zeroed but
+    /// for those `written` marks ([`GpuPath::written_first`]), and the key lengths of `p`
+    /// ([`key_lengths`]), uploaded.
+    fn call_memory(&self, p: &Problem, sizes: &[usize], written: &[bool]) -> Result<CallMemory> {
         let lens = key_lengths(p);
-        let (offsets, at, total) = CallMemory::layout(sizes, lens.len());
-        let mut buf = self
-            .stream
-            .alloc_zeros::<u8>(total)
-            .map_err(self.alloc_err(total as u64))?;
+        let l = CallMemory::layout(sizes, written, lens.len());
+        // SAFETY: cuMemAllocAsync of `l.total` bytes on this device's stream, with nothing read
+        // from it before the writes below: the zeroed prefix (every buffer not marked written),
+        // the key lengths; the rest is read only after a launch of the call wrote it, as the
+        // path declares for each such buffer (`written_first`).
+        let mut buf =
+            unsafe { self.stream.alloc::<u8>(l.total) }.map_err(self.alloc_err(l.total as u64))?;
+        if l.zeroed > 0 {
+            self.stream
+                .memset_zeros(&mut buf.slice_mut(0..l.zeroed))
+                .map_err(drv("cuMemsetD8"))?;
+        }
+        let (offsets, at) = (l.offsets, l.lens);
         let bytes: &[u8] = bytemuck::cast_slice(&lens);
         let mut dst = buf.slice_mut(at..at + bytes.len());
         self.stream
@@ -129,8 +138,11 @@ impl Device {
     }
 }
 
-/// A call's own device memory in one allocation: the path's scratch buffers (zeroed, each at a
-/// 256-byte aligned offset, buffer 0 first) and then the key lengths (`B` i32). One allocation
+/// A call's own device memory in one allocation: the path's scratch buffers, each at a 256-byte
+/// aligned offset — first those to be zeroed (one memset for them all), then the key lengths
+/// (`B` i32), then the buffers a launch of the call writes in full before any reads them
+/// ([`GpuPath::written_first`]: the sanitised or prepared copies of the inputs, as large as the
+/// KV cache, whose zeroing cost a decode as much GPU time as its attention). One allocation
 /// because each costs the host more than the driver's allocation: cudarc's stream-ordering
 /// events for it, its guard at every launch, its free (H200, 2026-11-29: a small TensorCore decode
 /// called from Python took 169–196 µs of host time with eight, 114–117 with one; docs/perf.md,
@@ -143,27 +155,52 @@ struct CallMemory {
     lens: usize,
 }
 
+/// Where [`CallMemory`]'s parts lie, in bytes from its start.
+#[derive(Debug)]
+struct MemoryLayout {
+    /// Each scratch buffer's offset, by [`GpuPath::scratch`]'s index.
+    offsets: Vec<usize>,
+    /// The end of the zeroed prefix: every buffer not written first lies before it.
+    zeroed: usize,
+    /// The key lengths' offset.
+    lens: usize,
+    total: usize,
+}
+
 impl CallMemory {
     const ALIGN: usize = 256;
 
-    /// The scratch buffers' offsets, the key lengths' offset and the bytes in all, for scratch
-    /// buffers of `sizes` bytes (each at least 1) and `lens` key lengths.
-    fn layout(sizes: &[usize], lens: usize) -> (Vec<usize>, usize, usize) {
+    /// The layout of scratch buffers of `sizes` bytes (each at least 1; `written[i]`, where
+    /// present and true, marks buffer i written in full before it is read) and `lens` key
+    /// lengths: the zeroed buffers in index order, the key lengths, the written ones in order.
+    fn layout(sizes: &[usize], written: &[bool], lens: usize) -> MemoryLayout {
+        let w = |i: usize| written.get(i).copied().unwrap_or(false);
+        let place = |at: &mut usize, n: usize| {
+            let o = *at;
+            *at += n.max(1).next_multiple_of(Self::ALIGN);
+            o
+        };
+        let mut offsets = vec![0; sizes.len()];
         let mut at = 0;
-        let offsets = sizes
-            .iter()
-            .map(|&n| {
-                let o = at;
-                at += n.max(1).next_multiple_of(Self::ALIGN);
-                o
-            })
-            .collect();
-        (offsets, at, at + 4 * lens.max(1))
+        for i in (0..sizes.len()).filter(|&i| !w(i)) {
+            offsets[i] = place(&mut at, sizes[i]);
+        }
+        let zeroed = at;
+        let lens_at = place(&mut at, 4 * lens);
+        for i in (0..sizes.len()).filter(|&i| w(i)) {
+            offsets[i] = place(&mut at, sizes[i]);
+        }
+        MemoryLayout {
+            offsets,
+            zeroed,
+            lens: lens_at,
+            total: at,
+        }
     }
 
-    /// The bytes a call of these scratch sizes allocates (what [`Device::reserve`] is asked for).
-    fn bytes(sizes: &[usize], p: &Problem) -> u64 {
-        Self::layout(sizes, key_lengths(p).len()).2 as u64
+    /// The bytes a call of these scratch buffers allocates (what [`Device::reserve`] is asked for).
+    fn bytes(sizes: &[usize], written: &[bool], p: &Problem) -> u64 {
+        Self::layout(sizes, written, key_lengths(p).len()).total as u64
     }
 
     /// The scratch buffers' addresses, in order, and the key lengths', held by `g` for `st`.
@@ -186,7 +223,7 @@ impl CallMemory {
 fn decide(dev: &Device, mem: &CallMemory) -> Result<()> {
     let words: Vec<u8> = dev
         .stream
-        .clone_dtoh(&mem.buf.slice(0..12))
+        .clone_dtoh(&mem.buf.slice(mem.scratch[0]..mem.scratch[0] + 12))
         .map_err(drv("cuMemcpyDtoH"))?;
     dev.stream
         .synchronize()
@@ -238,6 +275,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     };
     let plan = plan(path, p, T::DTYPE, &ops)?;
     let sizes = path.scratch(p, &plan, false);
+    let written = path.written_first(p, &plan, false);
     // The uploads: each distinct input buffer once (q, k, v may be views of one fused buffer).
     let bufs: Vec<&[T]> = {
         let mut v: Vec<&[T]> = Vec::new();
@@ -253,7 +291,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
         + s.q_elems() as u64 * elem
         + x.mask.map_or(0, |m| m.len() as u64)
         + lse.as_ref().map_or(0, |l| 4 * l.len() as u64)
-        + CallMemory::bytes(&sizes, p);
+        + CallMemory::bytes(&sizes, &written, p);
     dev.reserve(needed)?;
     if p.nonfinite() == NonFinitePolicy::Reject {
         tensor::reject_nonfinite(p, &(*x).into())?;
@@ -275,7 +313,7 @@ pub(crate) fn run_host<P: GpuPath, T: Element>(
     let mut dout = st
         .alloc_zeros::<u8>(s.q_elems() * T::DTYPE.size())
         .map_err(dev.alloc_err(needed))?;
-    let mut mem = dev.call_memory(p, &sizes)?;
+    let mut mem = dev.call_memory(p, &sizes, &written)?;
     // The log-sum-exp, when asked: `[B, Hq, Sq]` row-major (for a varlen batch `[Hq, total]`, the
     // same with B = 1), as the caller's slice.
     let mut dlse = match &lse {
@@ -444,10 +482,11 @@ fn allocate<P: GpuPath>(
 ) -> Result<DeviceCall<P::Plan>> {
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
-    dev.reserve(CallMemory::bytes(&sizes, p) + extra)?;
+    let written = path.written_first(p, &plan, check);
+    dev.reserve(CallMemory::bytes(&sizes, &written, p) + extra)?;
     Ok(DeviceCall {
+        mem: dev.call_memory(p, &sizes, &written)?,
         plan,
-        mem: dev.call_memory(p, &sizes)?,
         check,
     })
 }
@@ -1052,7 +1091,8 @@ pub(crate) fn bench<P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
         _ => (plan(path, p, T::DTYPE, &ops)?, None, None),
     };
     let sizes = path.scratch(p, &plan, false);
-    let mut mem = dev.call_memory(p, &sizes)?;
+    let written = path.written_first(p, &plan, false);
+    let mut mem = dev.call_memory(p, &sizes, &written)?;
     let r = timing::sample(st, opts, |i| {
         let set = &sets[i];
         let x = match (&mut gathered, set.paging()) {
@@ -1426,26 +1466,55 @@ mod tests {
     use super::CallMemory;
 
     #[test]
-    fn call_memory_places_every_buffer_apart_aligned_and_the_words_first() {
-        // The TensorCore path's seven buffers of a Propagate decode, empty ones among them, and
-        // odd sizes: buffer 0 (the check words) at 0, each buffer at a 256-byte boundary past the
-        // one before (at least 1 byte each), the key lengths after the last, and the total their end.
-        for (sizes, lens) in [
-            (vec![16, 4, 4, 4, 4, 4, 4], 1),
-            (vec![16, 0, 257, 256, 1, 70_000, 4096], 32),
-            (vec![0], 0),
+    fn call_memory_places_every_buffer_apart_aligned_the_zeroed_ones_first() {
+        // The TensorCore path's seven buffers of a decode (Reject: nothing written first;
+        // Propagate: the three copies), odd and empty sizes, and every buffer written first:
+        // each buffer at a 256-byte boundary, none overlapping another or the key lengths, every
+        // buffer not written first inside the zeroed prefix and every written one past it, the
+        // total the end of the last part.
+        for (sizes, written, lens) in [
+            (vec![16, 4, 4, 4, 4, 4, 4], vec![], 1),
+            (
+                vec![16, 80, 4, 96, 1 << 20, 1 << 20, 4096],
+                vec![false, false, false, true, true, true, false],
+                32,
+            ),
+            (
+                vec![16, 0, 257, 256, 1, 70_000, 4096],
+                vec![false, true, false, true],
+                3,
+            ),
+            (vec![0], vec![true], 0),
         ] {
-            let (off, at, total) = CallMemory::layout(&sizes, lens);
-            assert_eq!(off.len(), sizes.len());
-            assert_eq!(off[0], 0);
-            let mut end = 0;
-            for (&o, &n) in off.iter().zip(&sizes) {
-                assert_eq!(o % CallMemory::ALIGN, 0);
-                assert!(o >= end, "buffer at {o} overlaps the one ending at {end}");
-                end = o + n.max(1);
+            let l = CallMemory::layout(&sizes, &written, lens);
+            assert_eq!(l.offsets.len(), sizes.len());
+            let w = |i: usize| written.get(i).copied().unwrap_or(false);
+            let mut parts: Vec<(usize, usize)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (l.offsets[i], l.offsets[i] + n.max(1)))
+                .collect();
+            parts.push((l.lens, l.lens + 4 * lens.max(1)));
+            for (i, &(a, e)) in parts.iter().enumerate() {
+                assert_eq!(a % CallMemory::ALIGN, 0, "{sizes:?}: part {i} at {a}");
+                assert!(e <= l.total, "{sizes:?}: part {i} ends past the total");
+                for &(b, f) in &parts[i + 1..] {
+                    assert!(
+                        e <= b || f <= a,
+                        "{sizes:?}: [{a}, {e}) and [{b}, {f}) overlap"
+                    );
+                }
             }
-            assert!(at >= end && at % 4 == 0);
-            assert_eq!(total, at + 4 * lens.max(1));
+            for (i, &(a, e)) in parts[..sizes.len()].iter().enumerate() {
+                if w(i) {
+                    assert!(
+                        a >= l.zeroed,
+                        "{sizes:?}: written buffer {i} inside the zeroed prefix"
+                    );
+                } else {
+                    assert!(e <= l.zeroed, "{sizes:?}: buffer {i} not all zeroed");
+                }
+            }
         }
     }
 }

@@ -599,6 +599,16 @@ impl GpuPath for Exact {
         sizes
     }
 
+    /// The prepared K and V rows (buffers 2 and 3), where they exist (more than a 4-byte
+    /// placeholder): `prepare` runs before anything reads them (in the `Check` step, or first in
+    /// `Compute`) and writes all `DP` elements of every row of every KV head, the padding rows
+    /// past Skv and the columns past D as zeros (kernels/exact.cu, `prepare`; its launches cover
+    /// `skv_pad` rows of `B · max(Hq, Hkv)` heads). The other buffers stay zeroed.
+    fn written_first(&self, _p: &Problem, pl: &Plan, check: bool) -> Vec<bool> {
+        let prepared = check || pl.dec.is_none();
+        vec![false, false, prepared, prepared]
+    }
+
     fn launches(
         &self,
         p: &Problem,

@@ -100,9 +100,20 @@ pub(crate) trait GpuPath {
     /// order the entry points call them), and plan the call.
     fn plan(&self, p: &Problem, dtype: DType, ops: &Operands) -> Result<Self::Plan>;
 
-    /// Bytes of each scratch buffer a call of `plan` needs (zeroed before use); `check`: the call
-    /// runs [`Step::Check`] too, whose three words go to the start of buffer 0.
+    /// Bytes of each scratch buffer a call of `plan` needs (zeroed before use, but for those of
+    /// [`GpuPath::written_first`]); `check`: the call runs [`Step::Check`] too, whose three words
+    /// go to the start of buffer 0.
     fn scratch(&self, p: &Problem, plan: &Self::Plan, check: bool) -> Vec<usize>;
+
+    /// Which scratch buffers (by [`GpuPath::scratch`]'s index; missing entries are `false`) need
+    /// no zeroing because every byte a launch of the call reads from them was written by an
+    /// earlier launch of the same call. Zeroing a buffer of a few GB costs as much GPU time as
+    /// the attention itself (docs/perf.md, "A whole call from Python"); a wrong `true` would let a
+    /// kernel read what an earlier call left, so each is argued where it is declared. By default
+    /// none.
+    fn written_first(&self, _p: &Problem, _plan: &Self::Plan, _check: bool) -> Vec<bool> {
+        Vec::new()
+    }
 
     /// Whether the kernels of `plan` read a paged K/V cache through its block table (`Io::pages`);
     /// otherwise a paged call gathers the rows it uses into contiguous tensors first

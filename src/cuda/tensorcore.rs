@@ -575,6 +575,15 @@ impl GpuPath for TensorCore {
         ]
     }
 
+    /// Under `Propagate` the copies of Q, K and V (buffers 3, 4, 5): `tc_sanitize_*` writes every
+    /// element of each (one thread a 16-byte chunk, every row of the tensor: kernels/tensorcore.cu,
+    /// `sanitize`) before the attention kernel reads any. Under `Reject` they are 4-byte
+    /// placeholders nothing reads.
+    fn written_first(&self, p: &Problem, _plan: &Plan, _check: bool) -> Vec<bool> {
+        let copies = p.nonfinite() == NonFinitePolicy::Propagate;
+        vec![false, false, false, copies, copies, copies, false]
+    }
+
     fn launches(
         &self,
         p: &Problem,

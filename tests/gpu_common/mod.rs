@@ -90,3 +90,12 @@ pub fn bench_opts(
         page_size: None,
     }
 }
+
+/// Leave `bytes` of device memory holding `byte` in `st`'s memory pool: allocated, filled and freed
+/// on `st`, so that the next allocations on that stream (a call's scratch: the pool serves it
+/// from the freed block) start from this pattern rather than from zeros or an earlier call's
+/// values. 0xFF is a NaN in every dtype.
+pub fn soil_pool(st: &std::sync::Arc<detattn::cuda::CudaStream>, bytes: usize, byte: u8) {
+    let junk = st.clone_htod(&vec![byte; bytes]).expect("upload");
+    drop(junk);
+}

@@ -428,7 +428,7 @@ fn prepare_device<P: GpuPath, T: Element>(
     let lse = out.lse.as_ref().map(|l| l.len());
     tensor::check_cache_call(p, &ops, None, lse, Fit::AtLeast)?;
     let plan = plan(path, p, T::DTYPE, &ops)?;
-    allocate_device(dev, path, stream, p, plan, x, out, 0)
+    allocate_device(dev, path, stream, p, plan, x, out)
 }
 
 /// The stream and every buffer of a call (inputs, mask, output, log-sum-exp) belong to this
@@ -453,9 +453,8 @@ fn check_devices<T>(
     Ok(())
 }
 
-/// The checks of a planned device call that follow the plan (stream and buffers on this device,
-/// device memory for the scratch, the key lengths and `extra` bytes more), then its allocations.
-#[allow(clippy::too_many_arguments)]
+/// The checks of a planned device call that follow the plan (stream and buffers on this device),
+/// then its allocation ([`allocate`]).
 fn allocate_device<P: GpuPath, T: Element>(
     dev: &Device,
     path: &P,
@@ -464,26 +463,25 @@ fn allocate_device<P: GpuPath, T: Element>(
     plan: P::Plan,
     x: &DeviceQkv<'_, T>,
     out: &DeviceTensorMut<'_, T>,
-    extra: u64,
 ) -> Result<DeviceCall<P::Plan>> {
     check_devices(dev, stream, x, out)?;
-    allocate(dev, path, p, plan, extra)
+    allocate(dev, path, p, plan)
 }
 
-/// A planned call's own buffers on the device's stream, after the device-memory check (its
-/// scratch, its key lengths and `extra` bytes more): for every device entry point, the
-/// raw-address ones included.
+/// A planned call's own memory on the device's stream (its scratch and key lengths, one
+/// allocation: [`CallMemory`]), for every device entry point, the raw-address ones included. Not
+/// enough device memory for it is [`Error::DeviceMemory`] (the allocation's own failure, nothing
+/// else allocated yet): no `cuMemGetInfo` first, which cost a call ~7 µs of host time (H200,
+/// 2026-11-29, docs/perf.md "A whole call from Python").
 fn allocate<P: GpuPath>(
     dev: &Device,
     path: &P,
     p: &Problem,
     plan: P::Plan,
-    extra: u64,
 ) -> Result<DeviceCall<P::Plan>> {
     let check = p.nonfinite() == NonFinitePolicy::Reject;
     let sizes = path.scratch(p, &plan, check);
     let written = path.written_first(p, &plan, check);
-    dev.reserve(CallMemory::bytes(&sizes, &written, p) + extra)?;
     Ok(DeviceCall {
         mem: dev.call_memory(p, &sizes, &written)?,
         plan,
@@ -636,7 +634,7 @@ fn prepare_paged<'a, P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
     match paged_route(path, p, T::DTYPE, &ops, &paging)? {
         PagedRoute::Pages(plan) => {
             let table_bytes = 4 * cache.block_table.len() as u64;
-            let c = allocate_device(dev, path, stream, p, plan, &x, out, table_bytes)?;
+            let c = allocate_device(dev, path, stream, p, plan, &x, out)?;
             let table = DeviceTable::upload(dev, &paging, table_bytes)?;
             Ok(PagedCall::Pages { x, c, table })
         }
@@ -645,7 +643,7 @@ fn prepare_paged<'a, P: GpuPath, T: Element + DeviceRepr + ValidAsZeroBits>(
             // the gathered tensors).
             check_devices(dev, stream, &x, out)?;
             let g = Gathered::alloc(dev, p, cache.block_table)?;
-            let c = allocate_device(dev, path, stream, p, plan, &g.qkv(q, mask), out, 0)?;
+            let c = allocate_device(dev, path, stream, p, plan, &g.qkv(q, mask), out)?;
             Ok(PagedCall::Gather { g, c })
         }
     }
@@ -1138,7 +1136,7 @@ pub(crate) unsafe fn run_device_raw<P: GpuPath, T: Element>(
     tensor::check_cache_call(p, &ops, None, outs.lse.map(|l| l.1), Fit::AtLeast)?;
     let plan = plan(path, p, T::DTYPE, &ops)?;
     check_raw_addresses::<P, T>(dev, x, outs)?;
-    let mut c = allocate(dev, path, p, plan, 0)?;
+    let mut c = allocate(dev, path, p, plan)?;
     let io = raw_io::<T>(dev, p, x, outs, c.mem.lens_addr(&dev.stream), None);
     // SAFETY: the addresses of `io` were checked to lie in allocations of this device that hold
     // the extents tensor::check_call verified, and the caller keeps them alive until `stream` has
@@ -1186,7 +1184,7 @@ pub(crate) unsafe fn run_device_raw_paged<P: GpuPath, T: Element + DeviceRepr + 
     match route {
         PagedRoute::Pages(plan) => {
             let bytes = 4 * cache.block_table.len() as u64;
-            let mut c = allocate(dev, path, p, plan, bytes)?;
+            let mut c = allocate(dev, path, p, plan)?;
             let table = DeviceTable::upload(dev, &paging, bytes)?;
             let io = raw_io::<T>(dev, p, &x, outs, c.mem.lens_addr(&dev.stream), Some(&table));
             // SAFETY: as in run_device_raw; the table was uploaded above for this call (its used
@@ -1196,7 +1194,7 @@ pub(crate) unsafe fn run_device_raw_paged<P: GpuPath, T: Element + DeviceRepr + 
         }
         PagedRoute::Gather(plan) => {
             let mut g = Gathered::<T>::alloc(dev, p, cache.block_table)?;
-            let mut c = allocate(dev, path, p, plan, 0)?;
+            let mut c = allocate(dev, path, p, plan)?;
             let (pk, pv) = (
                 pages::<T>(x.k.ptr, x.k.layout),
                 pages::<T>(x.v.ptr, x.v.layout),

@@ -90,10 +90,12 @@ impl Device {
         }
         let (offsets, at) = (l.offsets, l.lens);
         let bytes: &[u8] = bytemuck::cast_slice(&lens);
-        let mut dst = buf.slice_mut(at..at + bytes.len());
-        self.stream
-            .memcpy_htod(bytes, &mut dst)
-            .map_err(drv("cuMemcpyHtoD"))?;
+        if !bytes.is_empty() {
+            let mut dst = buf.slice_mut(at..at + bytes.len());
+            self.stream
+                .memcpy_htod(bytes, &mut dst)
+                .map_err(drv("cuMemcpyHtoD"))?;
+        }
         Ok(CallMemory {
             buf,
             scratch: offsets,
@@ -198,7 +200,8 @@ impl CallMemory {
         }
     }
 
-    /// The bytes a call of these scratch buffers allocates (what [`Device::reserve`] is asked for).
+    /// The bytes a call of these scratch buffers allocates (what the host entry's
+    /// [`Device::reserve`] counts).
     fn bytes(sizes: &[usize], written: &[bool], p: &Problem) -> u64 {
         Self::layout(sizes, written, key_lengths(p).len()).total as u64
     }

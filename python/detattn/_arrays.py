@@ -32,10 +32,10 @@ class Arr:
         self.kind = kind  # "numpy", "torch" or "dlpack"
         self.obj = obj  # the caller's object (or the view made of it)
         self.ptr = int(ptr)
-        self.shape = tuple(int(n) for n in shape)
+        self.shape = tuple(map(int, shape))
         # A dimension of size 1 is never stepped over: its stride is irrelevant (and may be
         # anything, even negative, in the producer); 0 keeps the extent arithmetic honest.
-        self.strides = tuple(0 if n == 1 else int(s) for n, s in zip(self.shape, strides))
+        self.strides = tuple([0 if n == 1 else int(s) for n, s in zip(self.shape, strides)])
         self.dtype = dtype
         self.device = device
         self.keep = keep  # what must stay alive while the descriptor is used (a DLPack capsule)
@@ -47,9 +47,9 @@ class Arr:
 
     def extent(self) -> int:
         """Elements from ``ptr`` up to one past the last element the view reaches."""
-        if any(n == 0 for n in self.shape):
+        if 0 in self.shape:
             return 0
-        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+        return 1 + sum([(n - 1) * s for n, s in zip(self.shape, self.strides)])
 
     def view(self, shape, strides) -> "Arr":
         """The same memory seen with other dims and element strides (a packed batch as a batch of
@@ -85,9 +85,23 @@ def wrap(x, name: str) -> Arr:
     )
 
 
+# A dtype's tag by the dtype object itself (NumPy computes `dtype.name` anew at every access,
+# which made it a tenth of a call's Python time): filled as dtypes are met.
+_NUMPY_TAG_OF = {}
+_TORCH_TAG_OF = {}
+
+
+def _numpy_tag(dt) -> str:
+    tag = _NUMPY_TAG_OF.get(dt)
+    if tag is None:
+        tag = _NUMPY_TAG_OF[dt] = _NUMPY_DTYPES.get(dt.name, dt.name)
+    return tag
+
+
 def _wrap_numpy(x: np.ndarray, name: str) -> Arr:
-    tag = _NUMPY_DTYPES.get(x.dtype.name, x.dtype.name)
-    itemsize = x.dtype.itemsize
+    dt = x.dtype
+    tag = _numpy_tag(dt)
+    itemsize = dt.itemsize
     strides = []
     for n, s in zip(x.shape, x.strides):
         if n > 1 and (s < 0 or s % itemsize):
@@ -123,10 +137,14 @@ def _wrap_torch(x, name: str) -> Arr:
         device = ("cuda", dev.index if dev.index is not None else t.cuda.current_device())
     else:
         raise ValueError(f"{name} is on device {dev}; detattn runs on the CPU and on CUDA GPUs")
-    tag = _TORCH_DTYPES.get(str(x.dtype).replace("torch.", ""), str(x.dtype).replace("torch.", ""))
-    if any(s < 0 for n, s in zip(x.shape, x.stride()) if n > 1):
-        raise ValueError(f"{name} has negative strides {x.stride()}")
-    return Arr("torch", x, x.data_ptr(), x.shape, x.stride(), tag, device)
+    tag = _TORCH_TAG_OF.get(x.dtype)
+    if tag is None:
+        n = str(x.dtype).replace("torch.", "")
+        tag = _TORCH_TAG_OF[x.dtype] = _TORCH_DTYPES.get(n, n)
+    shape, strides = x.shape, x.stride()
+    if any(s < 0 for n, s in zip(shape, strides) if n > 1):
+        raise ValueError(f"{name} has negative strides {strides}")
+    return Arr("torch", x, x.data_ptr(), shape, strides, tag, device)
 
 
 # --- DLPack (the legacy, unversioned capsule every producer offers) --------------------------

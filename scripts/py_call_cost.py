@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import detattn
+import gpu_compare  # scripts/: its event timing, one protocol for every table
 
 SHAPES = {  # name: (B, Hq, Hkv, Skv, D)
     "dec1": (1, 32, 8, 32768, 128),
@@ -35,19 +36,10 @@ SHAPES = {  # name: (B, Hq, Hkv, Skv, D)
 
 
 def timed(call, n_sets, A):
-    """(gpu1 median µs, stream µs a call, host µs a call)."""
+    """(gpu1 median µs, stream µs a call, host µs a call). gpu1 is gpu_compare.py's protocol (its
+    `timed`, one launch a sample); the bursts time the host's return and the stream together."""
+    gpu1 = gpu_compare.timed(call, n_sets, argparse.Namespace(warmup=A.warmup, iters=A.iters, per_sample=1))
     s = torch.cuda.current_stream()
-    for i in range(A.warmup):
-        call(i % n_sets)
-    torch.cuda.synchronize()
-    one = []
-    for i in range(A.iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(s)
-        call(i % n_sets)
-        b.record(s)
-        b.synchronize()
-        one.append(a.elapsed_time(b) * 1000.0)
     streams, hosts = [], []
     for r in range(3):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -61,7 +53,7 @@ def timed(call, n_sets, A):
         b.synchronize()
         streams.append(a.elapsed_time(b) * 1000.0 / A.burst)
         hosts.append((t1 - t0) * 1e6 / A.burst)
-    return statistics.median(one), statistics.median(streams), statistics.median(hosts)
+    return gpu1, statistics.median(streams), statistics.median(hosts)
 
 
 def main():

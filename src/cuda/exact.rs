@@ -316,6 +316,15 @@ pub(crate) struct Plan {
     dec: Option<DecPlan>,
 }
 
+impl Plan {
+    /// Whether a call runs `prepare` on K and V (the scan of `check`, or kernels that read the
+    /// prepared rows: every one but the decode kernels), so that the prepared K and V rows,
+    /// their shifts and flags exist: sized in `scratch`, written in full first (`written_first`).
+    fn prepares_kv(&self, check: bool) -> bool {
+        check || self.dec.is_none()
+    }
+}
+
 fn too_large(what: &str) -> Error {
     Error::Cuda {
         op: "launch planning",
@@ -567,7 +576,7 @@ impl GpuPath for Exact {
         // The decode kernels prepare nothing: the prepared K and V exist for the scan only.
         let generic = pl.fast.is_none() && pl.dec.is_none();
         let q_rows = if check || generic { pl.nq } else { 1 };
-        let kv_rows = if check || pl.dec.is_none() { pl.nkv } else { 1 };
+        let kv_rows = if pl.prepares_kv(check) { pl.nkv } else { 1 };
         let f32s = |n: usize| 4 * n.max(1);
         let mut sizes = vec![
             f32s(3),                                       // flags
@@ -605,7 +614,7 @@ impl GpuPath for Exact {
     /// past Skv and the columns past D as zeros (kernels/exact.cu, `prepare`; its launches cover
     /// `skv_pad` rows of `B · max(Hq, Hkv)` heads). The other buffers stay zeroed.
     fn written_first(&self, _p: &Problem, pl: &Plan, check: bool) -> Vec<bool> {
-        let prepared = check || pl.dec.is_none();
+        let prepared = pl.prepares_kv(check);
         vec![false, false, prepared, prepared]
     }
 

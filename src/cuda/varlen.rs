@@ -177,25 +177,23 @@ impl<P: GpuPath> GpuPath for Sequences<'_, P> {
     }
 
     /// A packed batch's buffer holds every part's region (and the scan's): it needs no zeroing
-    /// only where no region of it does (the alignment gaps between regions are never read).
+    /// only where no region of it does (the alignment gaps between regions are never read). A
+    /// buffer past the end of some region's list counts as not written there, as it does for
+    /// `CallMemory`.
     fn written_first(&self, p: &Problem, plan: &Self::Plan, check: bool) -> Vec<bool> {
         match plan {
             Plan::Whole(pl) => self.0.written_first(p, pl, check),
             Plan::Packed(pk) => {
-                let n = pk.regions(self.0, check).0.len();
-                let each = |w: Vec<bool>| (0..n).map(move |i| w.get(i).copied().unwrap_or(false));
-                let mut all: Vec<bool> = vec![true; n];
                 let scan = check.then(|| self.0.written_first(&pk.scan, &pk.scan_plan, true));
                 let parts = pk
                     .parts
                     .iter()
                     .map(|part| self.0.written_first(&part.problem, &part.plan, false));
-                for w in scan.into_iter().chain(parts) {
-                    for (a, b) in all.iter_mut().zip(each(w)) {
-                        *a &= b;
-                    }
-                }
-                all
+                let all: Vec<Vec<bool>> = scan.into_iter().chain(parts).collect();
+                let n = all.iter().map(Vec::len).max().unwrap_or(0);
+                (0..n)
+                    .map(|i| all.iter().all(|w| w.get(i).copied().unwrap_or(false)))
+                    .collect()
             }
         }
     }

@@ -4,8 +4,9 @@
 //   detattn_prepare_<dt>      §2: one warp per row of Q, K or V (one launch for several tensors,
 //                             blockIdx.z picks the tensor): sanitise, per-row power-of-two shift,
 //                             scaled f32 copy (row stride DP, zero-padded), bad flag.
-//   detattn_reject_flags      §7 Reject on the device: OR of the three bad-flag arrays, fixed order,
-//                             no atomics (one block; the host reads three words and decides once).
+//   detattn_reject_part,      §7 Reject on the device: OR of the three bad-flag arrays, no atomics
+//   detattn_reject_flags      (a word per slice and array, then one block ORs those; the host reads
+//                             three words and decides once).
 //   detattn_exact<DP>_<dt>    §3-§5, §7 for head_dim <= DP (DP = 64, 128, 256): a block owns BM
 //                             query rows of one (b, h) and prepares them itself (§2, the same
 //                             operations as prepare); K/V tiles of 64 keys are staged in shared
@@ -47,7 +48,7 @@ struct Params {
     unsigned* badq;         // [B*Hq*Sq]
     unsigned* badk;         // [B*Hkv*SkvPad]
     unsigned* badv;         // [B*Hkv*SkvPad]
-    unsigned* flags;        // [3] reject flags (q, k, v)
+    unsigned* flags;        // [3] reject flags (q, k, v), then the [REJECT_PARTS][3] words of the slices
     float* acc;             // generic path scratch [B*Hq*Sq, DP]
     float* lse;             // §10 one f32 per query row at b*lse_bs + h*lse_hs + i, or null (none asked)
     long long q_bs, q_hs, q_ss, k_bs, k_hs, k_ss, v_bs, v_hs, v_ss, o_bs, o_hs, o_ss, lse_bs, lse_hs;
@@ -386,21 +387,16 @@ extern "C" __global__ void __launch_bounds__(256) detattn_prepare_bf16(const Par
 
 // ------------------------------------------------------------------------------ §7 Reject scan
 
-// One block of 1024 threads: each thread ORs a strided share of each flag array, then the block
-// ORs the threads' words. OR is exact and order-free; no atomics.
-// The stride is the compile-time block size: with blockDim.x, Blackwell's ptxas computes the loop's
+// Two launches, no atomics (OR is exact and order-free): detattn_reject_part, REJECT_PARTS blocks,
+// block x ORs the x-th slice of each flag array into flags[3 + 3x + t]; then detattn_reject_flags,
+// one block, ORs those words into flags[0..3]. (Until 2026-11-29 one block read every flag: at a
+// decode of B32, Hkv 8, 8 192 keys, 4.2 M words on one SM; docs/perf.md, "Reject's scan".)
+// The strides are compile-time block sizes: with blockDim.x, Blackwell's ptxas computes a loop's
 // trip count with a 64-bit division, a CALL to a slow path the audit forbids.
 constexpr int REJECT_THREADS = 1024;
-extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_flags(const Params P) {
+constexpr int REJECT_PARTS = 256;  // src/cuda/exact.rs sizes the flags buffer by it
+__device__ __forceinline__ void reject_or(unsigned (&f)[3], unsigned* out) {
     __shared__ unsigned part[3][32];
-    const long long nq = (long long)P.B * P.Hq * P.Sq;
-    const long long nkv = (long long)P.B * P.Hkv * P.skv_pad;
-    unsigned f[3] = {0u, 0u, 0u};
-    for (long long i = threadIdx.x; i < nq; i += REJECT_THREADS) f[0] |= P.badq[i];
-    for (long long i = threadIdx.x; i < nkv; i += REJECT_THREADS) {
-        f[1] |= P.badk[i];
-        f[2] |= P.badv[i];
-    }
     for (int t = 0; t < 3; ++t) {
         for (int o = 16; o > 0; o >>= 1) f[t] |= __shfl_xor_sync(0xFFFFFFFFu, f[t], o);
         if ((threadIdx.x & 31) == 0) part[t][threadIdx.x / 32] = f[t];
@@ -409,8 +405,28 @@ extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_flag
     if (threadIdx.x < 3) {
         unsigned x = 0;
         for (int w = 0; w < REJECT_THREADS / 32; ++w) x |= part[threadIdx.x][w];
-        P.flags[threadIdx.x] = x;
+        out[threadIdx.x] = x;
     }
+}
+extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_part(const Params P) {
+    const long long nq = (long long)P.B * P.Hq * P.Sq;
+    const long long nkv = (long long)P.B * P.Hkv * P.skv_pad;
+    const long long x = blockIdx.x;
+    const long long sq = (nq + REJECT_PARTS - 1) / REJECT_PARTS, skv = (nkv + REJECT_PARTS - 1) / REJECT_PARTS;
+    const long long q1 = min(nq, (x + 1) * sq), kv1 = min(nkv, (x + 1) * skv);
+    unsigned f[3] = {0u, 0u, 0u};
+    for (long long i = x * sq + threadIdx.x; i < q1; i += REJECT_THREADS) f[0] |= P.badq[i];
+    for (long long i = x * skv + threadIdx.x; i < kv1; i += REJECT_THREADS) {
+        f[1] |= P.badk[i];
+        f[2] |= P.badv[i];
+    }
+    reject_or(f, P.flags + 3 + 3 * blockIdx.x);
+}
+extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_flags(const Params P) {
+    unsigned f[3] = {0u, 0u, 0u};
+    for (int i = threadIdx.x; i < REJECT_PARTS; i += REJECT_THREADS)
+        for (int t = 0; t < 3; ++t) f[t] |= P.flags[3 + 3 * i + t];
+    reject_or(f, P.flags);
 }
 
 // ------------------------------------------------------------------------------ §3-§5 fast path

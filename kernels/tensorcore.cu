@@ -2300,16 +2300,15 @@ extern "C" __global__ void __launch_bounds__(256) tc_merge_bf16(const TcMerge P)
 // never on a value (Q, K, V, flags, mask). No atomics; every reduction is of integers (OR, min), so
 // its order cannot change a result.
 //
-//   Reject:    tc_sanitize_<T> x3 (Q, K, V; dst = NULL: flags only), tc_any_flag -> 3 words, which the
-//              host reads to decide once; then the attention kernel.
+//   Reject:    tc_scan_<T> x3 (Q, K, V: one word a block), tc_any_flag -> 3 words, which the host reads
+//              to decide once; then the attention kernel.
 //   Propagate: tc_sanitize_<T> x3 (copies with NaN/inf -> +0, per-row flags), tc_first_bad (no mask),
 //              the attention kernel on the copies, tc_poison_<T> on its output.
 struct TcPolicy {
     const void* src;            //   0  sanitize: the [B, s_heads, s_seq, d] tensor to scan (strides s_*)
-    void* dst;                  //   8  sanitize: its contiguous [rows, d] copy with NaN, +-inf -> +0,
-                                //      or NULL (flags only)
-    unsigned* flags;            //  16  sanitize: one bad flag (0/1) per row, written;
-                                //      any_flag: the Q, K, V flags back to back, read
+    void* dst;                  //   8  sanitize: its contiguous [rows, d] copy with NaN, +-inf -> +0
+    unsigned* flags;            //  16  sanitize: one bad flag (0/1) per row, written; scan: one (0/1) per
+                                //      block, written; any_flag: the Q, K, V flags back to back, read
     const unsigned* badq;       //  24  poison: flags of the Q rows
     const unsigned* badk;       //  32  first_bad, poison: flags of the K rows
     const unsigned* badv;       //  40  first_bad, poison: flags of the V rows
@@ -2318,20 +2317,20 @@ struct TcPolicy {
     const unsigned char* mask;  //  64  poison: boolean mask (values secret) or NULL
     const int* kv_lens;         //  72  poison: key lengths [B] or NULL (Skv). PUBLIC
     unsigned* words;            //  80  any_flag: 3 words (Q, K, V), each 0 or 1
-    long long rows;             //  88  sanitize: rows of src; any_flag: Q rows
-    long long rows_kv;          //  96  any_flag: K rows (= V rows)
+    long long rows;             //  88  sanitize, scan: rows of src; any_flag: Q's flags
+    long long rows_kv;          //  96  any_flag: K's flags (= V's)
     long long msb, msh, msq;    // 104  poison: mask strides (as the attention kernels)
-    long long s_bs, s_hs, s_ss; // 128  sanitize: element strides of src
+    long long s_bs, s_hs, s_ss; // 128  sanitize, scan: element strides of src
     long long o_bs, o_hs, o_ss; // 152  poison: element strides of out
     int d;                      // 176  head dim: 64, 128 or 256 (d / 8 divides 32)
     int B, Hq, Hkv, Sq, Skv;    // 180
     int causal;                 // 200
     int top_left;               // 204  causal alignment, as TcArgs
-    int s_heads, s_seq;         // 208  sanitize: src's heads and rows per head (row = (b*s_heads + h)*s_seq + s)
+    int s_heads, s_seq;         // 208  sanitize, scan: src's heads and rows per head (row = (b*s_heads + h)*s_seq + s)
     float* lse;                 // 216  poison: the attention's log-sum-exp (as TcArgs), rewritten in
                                 //      place, or NULL
     long long lse_bs, lse_hs;   // 224
-    const int* table;           // 240  sanitize: src is a paged K or V cache read through this block
+    const int* table;           // 240  sanitize, scan: src is a paged K or V cache read through this block
                                 //      table (as TcArgs; rows s >= kv_lens[b] are not read: +0,
                                 //      not bad), or NULL. PUBLIC
     int page_shift, max_pages;  // 248
@@ -2362,22 +2361,24 @@ __device__ __forceinline__ uint32_t sanitize2(uint32_t w, uint32_t& bad) {
     return w & keep;
 }
 
-// One 16-byte chunk per thread, the d / 8 chunks of a row in consecutive lanes of one warp. The row
-// index (b, h, s) of the source comes from 32-bit divisions by the public s_seq and s_heads (rows <
-// 2^31, checked by the host): no 64-bit division, whose code is a CALL to a slow path.
+// log2 of a row's 16-byte units (d / 8: 8, 16 or 32).
+__device__ __forceinline__ int unit_lg(const TcPolicy& P) { return P.d == 64 ? 3 : (P.d == 128 ? 4 : 5); }
+
+// Where 16-byte unit g of src lies (the d / 8 units of a row consecutive; rows in the order (b, h, s)),
+// and whether it is read (`live`): every unit of the rows of a contiguous tensor; of a paged cache only
+// the rows the sequences use, s < L, through the block table (the others +0, not bad). Position and
+// public lengths only. The row index (b, h, s) comes from 32-bit divisions by the public s_seq and
+// s_heads (rows < 2^31, checked by the host): no 64-bit division, whose code is a CALL to a slow path.
 template <typename T>
-__device__ __forceinline__ void sanitize(const TcPolicy& P) {
-    const int lg = P.d == 64 ? 3 : (P.d == 128 ? 4 : 5);
+__device__ __forceinline__ const T* unit_src(const TcPolicy& P, long long g, int lg, bool& live) {
     const int ch = 1 << lg;
-    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long row = g >> lg;
     const bool in = row < P.rows;  // position only
     const unsigned r32 = in ? (unsigned)row : 0u;
     const unsigned bh = r32 / (unsigned)P.s_seq, s = r32 - bh * (unsigned)P.s_seq;
     const unsigned b = bh / (unsigned)P.s_heads, h = bh - b * (unsigned)P.s_heads;
-    const T* src = static_cast<const T*>(P.src) + (b * P.s_bs + h * P.s_hs + s * P.s_ss) + (g & (ch - 1)) * 8;
-    bool live = in;
-    if (P.table) {  // a launch fact. Paged: the rows the call uses, s < L, through the block table
+    live = in;
+    if (P.table) {  // a launch fact
         int L = P.kv_lens[b];
         L = min(max(L, 0), P.Skv);
         live = in && (int)s < L;
@@ -2385,9 +2386,23 @@ __device__ __forceinline__ void sanitize(const TcPolicy& P) {
         // host's condition), page 0 where the row is not used: every address formed is in the cache.
         const int e = P.table[b * P.max_pages + min((int)s >> P.page_shift, P.max_pages - 1)];
         const long long pg = live ? e : 0;
-        src = static_cast<const T*>(P.src) + (pg * P.s_bs + h * P.s_hs + (long long)(s & ((1u << P.page_shift) - 1u)) * P.s_ss) +
-              (g & (ch - 1)) * 8;
+        return static_cast<const T*>(P.src) + (pg * P.s_bs + h * P.s_hs + (long long)(s & ((1u << P.page_shift) - 1u)) * P.s_ss) +
+               (g & (ch - 1)) * 8;
     }
+    return static_cast<const T*>(P.src) + (b * P.s_bs + h * P.s_hs + s * P.s_ss) + (g & (ch - 1)) * 8;
+}
+
+// Propagate's copy: one 16-byte unit per thread, the d / 8 units of a row in consecutive lanes of one
+// warp; the row's flag from their OR.
+template <typename T>
+__device__ __forceinline__ void sanitize(const TcPolicy& P) {
+    const int lg = unit_lg(P);
+    const int ch = 1 << lg;
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = g >> lg;
+    const bool in = row < P.rows;  // position only
+    bool live;
+    const T* src = unit_src<T>(P, g, lg, live);
     uint4 w = make_uint4(0, 0, 0, 0);
     if (live) w = *reinterpret_cast<const uint4*>(src);
     uint32_t bad = 0;
@@ -2395,9 +2410,50 @@ __device__ __forceinline__ void sanitize(const TcPolicy& P) {
     w.y = sanitize2<T>(w.y, bad);
     w.z = sanitize2<T>(w.z, bad);
     w.w = sanitize2<T>(w.w, bad);
-    if (in && P.dst) reinterpret_cast<uint4*>(P.dst)[g] = w;
+    if (in) reinterpret_cast<uint4*>(P.dst)[g] = w;
     for (int o = 1; o < ch; o <<= 1) bad |= __shfl_xor_sync(0xffffffffu, bad, o);
     if (in && (g & (ch - 1)) == 0) P.flags[row] = bad;
+}
+
+// Reject's scan of src: whether any element read is NaN or +-inf, one word per block (the OR over its
+// SCAN_UNITS units: SCAN_EACH a thread, their loads issued together, consecutive threads on
+// consecutive units), for tc_any_flag. The host launches ceil(units / SCAN_UNITS) blocks of
+// SCAN_THREADS. An OR of integers: neither the grid nor the order can change a word. (Until
+// 2026-11-29 Reject ran tc_sanitize without copies, one unit a thread and a flag a row, which left
+// tc_any_flag a word a row to reduce in one block per tensor; docs/perf.md, "Reject's scan".)
+#define SCAN_THREADS 256
+#define SCAN_EACH 8
+#define SCAN_UNITS (SCAN_THREADS * SCAN_EACH)
+template <typename T>
+__device__ __forceinline__ void scan(const TcPolicy& P) {
+    const int lg = unit_lg(P);
+    const long long g0 = (long long)blockIdx.x * SCAN_UNITS + threadIdx.x;
+    uint4 w[SCAN_EACH];
+#pragma unroll
+    for (int i = 0; i < SCAN_EACH; ++i) {
+        const long long g = g0 + i * SCAN_THREADS;
+        bool live;
+        const T* src = unit_src<T>(P, g, lg, live);  // past the last row: not live, row 0's address
+        w[i] = make_uint4(0, 0, 0, 0);
+        if (live) w[i] = *reinterpret_cast<const uint4*>(src);
+    }
+    uint32_t bad = 0;
+#pragma unroll
+    for (int i = 0; i < SCAN_EACH; ++i) {
+        sanitize2<T>(w[i].x, bad);
+        sanitize2<T>(w[i].y, bad);
+        sanitize2<T>(w[i].z, bad);
+        sanitize2<T>(w[i].w, bad);
+    }
+    __shared__ unsigned part[SCAN_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = bad;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        bad = threadIdx.x < SCAN_THREADS / 32 ? part[threadIdx.x] : 0u;
+        for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+        if (threadIdx.x == 0) P.flags[blockIdx.x] = bad != 0;
+    }
 }
 
 // The smallest key index j of kv head (b, h) whose K or V row is bad, or Skv if none.
@@ -2460,7 +2516,7 @@ __device__ __forceinline__ void poison(const TcPolicy& P) {
     }
 }
 
-// Block x ORs flag segment x (Q, K, V) into words[x] (0 or 1).
+// Block x ORs flag segment x (Q, K, V: tc_scan's words) into words[x] (0 or 1).
 __device__ __forceinline__ void any_flag(const TcPolicy& P) {
     __shared__ unsigned part[32];
     const long long begin = blockIdx.x == 0 ? 0 : P.rows + (blockIdx.x - 1) * P.rows_kv;
@@ -2481,10 +2537,14 @@ __device__ __forceinline__ void any_flag(const TcPolicy& P) {
 
 }  // namespace tc
 
-// Launch shapes (src/cuda/tensorcore.rs): sanitize grid ceil(rows * d/8 / 256), block 256; first_bad
-// grid (Hkv, B), block 256; poison grid (ceil(Sq / 8), Hq, B), block 256; any_flag grid 3, block 1024.
+// Launch shapes (src/cuda/tensorcore.rs): sanitize grid ceil(rows * d/8 / 256), block 256; scan grid
+// ceil(rows * d/8 / SCAN_UNITS), block SCAN_THREADS (tc_scan_cfg); first_bad grid (Hkv, B), block 256;
+// poison grid (ceil(Sq / 8), Hq, B), block 256; any_flag grid 3, block 1024.
+extern "C" __constant__ int tc_scan_cfg[2] = {SCAN_UNITS, SCAN_THREADS};
 extern "C" __global__ void __launch_bounds__(256) tc_sanitize_f16(const TcPolicy P) { tc::sanitize<__half>(P); }
 extern "C" __global__ void __launch_bounds__(256) tc_sanitize_bf16(const TcPolicy P) { tc::sanitize<__nv_bfloat16>(P); }
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) tc_scan_f16(const TcPolicy P) { tc::scan<__half>(P); }
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) tc_scan_bf16(const TcPolicy P) { tc::scan<__nv_bfloat16>(P); }
 extern "C" __global__ void __launch_bounds__(256) tc_first_bad(const TcPolicy P) { tc::first_bad(P); }
 extern "C" __global__ void __launch_bounds__(256) tc_poison_f16(const TcPolicy P) { tc::poison<__half>(P); }
 extern "C" __global__ void __launch_bounds__(256) tc_poison_bf16(const TcPolicy P) { tc::poison<__nv_bfloat16>(P); }

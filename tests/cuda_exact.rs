@@ -861,3 +861,35 @@ fn stale_scratch_changes_no_bit() {
         e.describe()
     ));
 }
+
+/// `Reject` through the device entry finds a NaN, +inf or −inf anywhere in Q, K or V, as the host
+/// entry (the CPU's scan) does: `gpu_common::reject_scan_case`, on a prefill and a decode (whose
+/// scan prepares K and V for it alone) of every dtype, at head dims 32, 80, 128 and 256. The
+/// device scan ORs its row flags in 256 slices (`detattn_reject_part`) and then those words; a
+/// `detattn_reject_part` that skips its last slice (planted once through the test-only override)
+/// fails it.
+#[test]
+fn reject_scan_finds_a_nonfinite_anywhere() {
+    let test = "reject_scan_finds_a_nonfinite_anywhere";
+    let Some(e) = gpu(test) else {
+        return;
+    };
+    let mut calls = 0;
+    for d in [32, 80, 128, 256] {
+        for (b, hq, hkv, sq, skv) in [(2, 4, 2, 100, 300), (3, 8, 2, 1, 2500)] {
+            let p = Problem::builder(Shape::new(b, hq, hkv, sq, skv, d))
+                .kv_lens([vec![skv, 170], vec![skv, 9, 1800]][usize::from(sq == 1)].clone())
+                .causal(d == 128)
+                .build()
+                .unwrap();
+            calls += gpu_common::reject_scan_case::<f32>(&e, &p, 1 << 20);
+            calls += gpu_common::reject_scan_case::<detattn::f16>(&e, &p, 1 << 20);
+            calls += gpu_common::reject_scan_case::<detattn::bf16>(&e, &p, 1 << 20);
+        }
+    }
+    gpu_common::loud(&format!(
+        "{test}: {calls} device calls under Reject (f32/f16/bf16, D 32/80/128/256, a prefill and \
+         a decode): each the host entry's verdict, out untouched on NonFinite, on {}",
+        e.describe()
+    ));
+}

@@ -2035,3 +2035,48 @@ fn stale_scratch_changes_no_bit() {
         e.describe()
     ));
 }
+
+/// `Reject` through the device entry finds a NaN, +inf or −inf anywhere in Q, K or V, as the host
+/// entry (the CPU's scan) does: `gpu_common::reject_scan_case`, on a prefill and a decode of every
+/// dtype and head dim, with tensors of several scan blocks (`tc_scan_*`: 2 048 16-byte units a
+/// block). A scan that skips a block's last unit (planted once through the test-only override)
+/// fails it.
+#[test]
+fn reject_scan_finds_a_nonfinite_anywhere() {
+    let test = "reject_scan_finds_a_nonfinite_anywhere";
+    let Some(e) = gpu(test) else {
+        return;
+    };
+    let mut calls = 0;
+    for d in DIMS {
+        for p in reject_problems(d) {
+            calls += gpu_common::reject_scan_case::<f16>(&e, &p, 2048 * 8);
+            calls += gpu_common::reject_scan_case::<bf16>(&e, &p, 2048 * 8);
+        }
+    }
+    loud(&format!(
+        "{test}: {calls} device calls under Reject (f16/bf16, D 64/128/256, a prefill and a \
+         decode): each the host entry's verdict, out untouched on NonFinite, on {}",
+        e.describe()
+    ));
+}
+
+/// A prefill and a decode whose Q, K and V span several scan blocks at head dim `d`, with key
+/// lengths shorter than Skv (the rows past them are inputs too).
+fn reject_problems(d: usize) -> [Problem; 2] {
+    let policy = |p: Problem| with_policy(&p, NonFinitePolicy::Reject);
+    [
+        policy(problem(
+            (2, 4, 2, 100, 300, d),
+            d == 128,
+            Some(vec![300, 170]),
+            None,
+        )),
+        policy(problem(
+            (3, 8, 2, 1, 2500, d),
+            false,
+            Some(vec![2500, 9, 1800]),
+            None,
+        )),
+    ]
+}

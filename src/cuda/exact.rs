@@ -2,8 +2,8 @@
 //!
 //! A call is, on one stream: `prepare` (docs/numerics.md §2: the rows of K and V, and of Q when the
 //! generic kernel or the device scan needs them, into f32 scratch, one row per warp), under
-//! `Reject` on device-resident inputs the non-finite scan (`reject_flags`: three words for the
-//! host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one of three, by
+//! `Reject` on device-resident inputs the non-finite scan (`reject_part`, `reject_flags`: three
+//! words for the host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one of three, by
 //! head_dim) or the generic kernel above. Decode-shaped problems (`group · q_len ≤ 16`: one token,
 //! or a few for speculative decoding) take four other kernels instead, which spread one KV head's
 //! work over the whole GPU (`dec_scores` — `dec_scores_wide` past head dim 256 — `dec_weights`,
@@ -29,6 +29,9 @@ const GENERIC_THREADS: u32 = 64;
 const PREPARE_THREADS: u32 = 256;
 const PREPARE_ROWS_PER_BLOCK: usize = PREPARE_THREADS as usize / 32;
 const REJECT_THREADS: u32 = 1024;
+/// Blocks of `detattn_reject_part` (kernels/exact.cu `REJECT_PARTS`): each ORs a slice of the three
+/// flag arrays into three words after the first three of the flags buffer.
+const REJECT_PARTS: usize = 256;
 /// Largest grid y dimension; larger launches are split along y by the host.
 const MAX_GRID_Y: usize = 65535;
 
@@ -289,6 +292,7 @@ struct FastCfg {
 #[derive(Debug)]
 pub(crate) struct Exact {
     prepare: [Kernel; 3],
+    reject_part: Kernel,
     reject: Kernel,
     fast: [[Kernel; 3]; 3],
     generic: [Kernel; 3],
@@ -414,6 +418,7 @@ impl Exact {
         let by_dt = |stem: &str, smem: u32| by_dt_abi(stem, smem, &abi);
         Ok(Exact {
             prepare: by_dt("detattn_prepare", 0)?,
+            reject_part: module.kernel("detattn_reject_part", 0, &abi)?,
             reject: module.kernel("detattn_reject_flags", 0, &abi)?,
             fast: [
                 by_dt("detattn_exact64", cfg[0].smem)?,
@@ -579,16 +584,16 @@ impl GpuPath for Exact {
         let kv_rows = if pl.prepares_kv(check) { pl.nkv } else { 1 };
         let f32s = |n: usize| 4 * n.max(1);
         let mut sizes = vec![
-            f32s(3),                                       // flags
-            f32s(q_rows * pl.dp),                          // qp
-            f32s(kv_rows * pl.dp),                         // kp
-            f32s(kv_rows * pl.dp),                         // vp
-            f32s(q_rows),                                  // sq
-            f32s(kv_rows),                                 // sk
-            f32s(q_rows),                                  // badq
-            f32s(kv_rows),                                 // badk
-            f32s(kv_rows),                                 // badv
-            f32s(if generic { pl.nq * pl.dp } else { 1 }), // acc
+            f32s(if check { 3 + 3 * REJECT_PARTS } else { 3 }), // flags
+            f32s(q_rows * pl.dp),                               // qp
+            f32s(kv_rows * pl.dp),                              // kp
+            f32s(kv_rows * pl.dp),                              // vp
+            f32s(q_rows),                                       // sq
+            f32s(kv_rows),                                      // sk
+            f32s(q_rows),                                       // badq
+            f32s(kv_rows),                                      // badk
+            f32s(kv_rows),                                      // badv
+            f32s(if generic { pl.nq * pl.dp } else { 1 }),      // acc
         ];
         let [x, tm, acc, l, bv] = match pl.dec {
             Some(d) => {
@@ -635,14 +640,16 @@ impl GpuPath for Exact {
         match step {
             Step::Check => {
                 self.prepare(p, pl, &base, true, &mut out);
-                out.push(Launch {
-                    kernel: self.reject.clone(),
-                    grid: (1, 1, 1),
-                    block: REJECT_THREADS,
-                    smem: 0,
-                    params: ParamBytes::one(&base),
-                    early: false,
-                });
+                for (kernel, blocks) in [(&self.reject_part, REJECT_PARTS), (&self.reject, 1)] {
+                    out.push(Launch {
+                        kernel: kernel.clone(),
+                        grid: (blocks as u32, 1, 1),
+                        block: REJECT_THREADS,
+                        smem: 0,
+                        params: ParamBytes::one(&base),
+                        early: false,
+                    });
+                }
             }
             Step::Compute { .. } if pl.dec.is_some() => self.decode(p, pl, io, sc, &mut out),
             Step::Compute { checked } => {

@@ -91,6 +91,10 @@ pub(crate) struct TensorCore {
     tma: Option<Tma>,
     /// `[dtype: f16, bf16]`.
     sanitize: [Kernel; 2],
+    /// `Reject`'s scan (`tc_scan_*`, one word a block), and its launch shape read from the cubin
+    /// (`tc_scan_cfg`).
+    scan: [Kernel; 2],
+    scan_cfg: ScanCfg,
     poison: [Kernel; 2],
     merge: [Kernel; 2],
     /// The decode kernels let a split decode's merge launch early and the merge waits for them
@@ -104,6 +108,21 @@ pub(crate) struct TensorCore {
     kchunk: usize,
     first_bad: Kernel,
     any_flag: Kernel,
+}
+
+/// The launch shape of `tc_scan_*` (`tc_scan_cfg`): each block ORs `units` 16-byte units of its
+/// tensor into one word, with `threads` threads.
+#[derive(Clone, Copy, Debug)]
+struct ScanCfg {
+    units: usize,
+    threads: u32,
+}
+
+impl ScanCfg {
+    /// The blocks of a scan of `rows` rows of `d` elements: the words it writes.
+    fn blocks(&self, rows: usize, d: usize) -> usize {
+        (rows * (d / CHUNK)).div_ceil(self.units)
+    }
 }
 
 /// The sm_90a prefill kernels whose K and V tiles a producer warpgroup moves by TMA (`tc_fwdt_*`,
@@ -231,8 +250,8 @@ impl TcArgs {
     }
 }
 
-/// The one by-value parameter of the `tc_sanitize_*`, `tc_first_bad`, `tc_poison_*` and
-/// `tc_any_flag` kernels: field for field the `TcPolicy` struct of kernels/tensorcore.cu (11
+/// The one by-value parameter of the `tc_sanitize_*`, `tc_scan_*`, `tc_first_bad`, `tc_poison_*`
+/// and `tc_any_flag` kernels: field for field the `TcPolicy` struct of kernels/tensorcore.cu (11
 /// device addresses, 11 `long long`s, 10 `int`s, then the log-sum-exp's address and its 2
 /// `long long` strides, the block table's address and 2 `int`s: 256 bytes). Change both
 /// together, and the byte ranges of their audit/rules.toml entries.
@@ -390,7 +409,7 @@ pub(crate) fn validate(p: &Problem, dtype: DType, ops: Option<&Operands>) -> Res
 
 impl TensorCore {
     /// Look up the kernels of `module` (24 attention, 12 paged decode where `tc_paged` says the
-    /// cubin has them, 8 policy and merge) and read the attention kernels' launch configurations.
+    /// cubin has them, 10 policy and merge) and read the attention kernels' launch configurations.
     pub(crate) fn open(module: &Module) -> Result<TensorCore> {
         let read = |name: &str| -> Result<Cfg> {
             let [bm, threads, smem, _bn] = module.constant_i32::<4>(name)?;
@@ -419,6 +438,15 @@ impl TensorCore {
         let [paged] = module.constant_i32::<1>("tc_paged")?;
         let [tma] = module.constant_i32::<1>("tc_tma")?;
         let [pdl] = module.constant_i32::<1>("tc_pdl")?;
+        let [scan_units, scan_threads] = module.constant_i32::<2>("tc_scan_cfg")?;
+        if scan_units <= 0 || scan_threads <= 0 {
+            return Err(Error::Cuda {
+                op: "cubin launch table",
+                message: format!(
+                    "tc_scan_cfg is [{scan_units}, {scan_threads}] in the tensorcore cubin (want > 0)"
+                ),
+            });
+        }
         if kchunk <= 0 {
             return Err(Error::Cuda {
                 op: "cubin launch table",
@@ -455,6 +483,11 @@ impl TensorCore {
             cfg_dec,
             tma,
             sanitize: by_dt("tc_sanitize", &policy_abi)?,
+            scan: by_dt("tc_scan", &policy_abi)?,
+            scan_cfg: ScanCfg {
+                units: scan_units as usize,
+                threads: scan_threads as u32,
+            },
             poison: by_dt("tc_poison", &policy_abi)?,
             merge: by_dt("tc_merge", &merge_abi)?,
             // cuLaunchKernelEx, which the early launch goes through, is CUDA 12.0's: an older driver
@@ -540,7 +573,17 @@ impl GpuPath for TensorCore {
         let s = p.shape();
         let rows = s.batch * s.q_heads * s.q_len + 2 * s.batch * s.kv_heads * s.kv_len;
         let propagate = p.nonfinite() == NonFinitePolicy::Propagate;
-        let flags = if check || propagate { 4 * rows } else { 4 };
+        // Propagate: a flag a row (tc_sanitize_*); Reject's scan: a word a scan block.
+        let flags = if propagate {
+            4 * rows
+        } else if check {
+            let d = s.head_dim;
+            let sc = self.scan_cfg;
+            4 * (sc.blocks(s.batch * s.q_heads * s.q_len, d)
+                + 2 * sc.blocks(s.batch * s.kv_heads * s.kv_len, d))
+        } else {
+            4
+        };
         let copy = |n: usize| if propagate { 2 * n } else { 4 };
         let nch = self.chunks(p);
         let part = if !self.uses_part(p, plan) {
@@ -631,60 +674,75 @@ impl GpuPath for TensorCore {
         let s = p.shape();
         let base = self.policy_base(p, io, &sc);
         let mut out = Vec::new();
-        let sanitize = |out: &mut Vec<Launch>, copies: Option<[u64; 3]>| {
-            let rows_q = s.batch * s.q_heads * s.q_len;
-            let rows_kv = s.batch * s.kv_heads * s.kv_len;
-            // K and V of a paged cache are read through the block table (rows past a sequence's
-            // key length not at all); Q never is.
-            let tensors = [
-                (io.q, 0, rows_q, s.q_heads, s.q_len, None),
-                (io.k, rows_q, rows_kv, s.kv_heads, s.kv_len, io.pages),
-                (
-                    io.v,
-                    rows_q + rows_kv,
-                    rows_kv,
-                    s.kv_heads,
-                    s.kv_len,
-                    io.pages,
-                ),
-            ];
-            for (i, (t, flags_at, rows, heads, seq, pages)) in tensors.into_iter().enumerate() {
-                let (table, page_shift, max_pages) = PagedIo::args(pages);
-                let chunks = rows * (s.head_dim / CHUNK);
-                let prm = TcPolicy {
-                    src: t.addr,
-                    dst: copies.map_or(0, |c| c[i]),
-                    flags: sc.flags + 4 * flags_at as u64,
-                    rows: rows as i64,
-                    s_bs: t.bs,
-                    s_hs: t.hs,
-                    s_ss: t.ss,
-                    s_heads: heads as i32,
-                    s_seq: seq as i32,
-                    table,
-                    page_shift,
-                    max_pages,
-                    ..base
-                };
-                out.push(self.policy(
-                    &self.sanitize[plan.dt],
-                    chunks.div_ceil(POLICY_THREADS as usize) as u32,
-                    POLICY_THREADS,
-                    &prm,
-                ));
+        let rows_q = s.batch * s.q_heads * s.q_len;
+        let rows_kv = s.batch * s.kv_heads * s.kv_len;
+        // Q, K and V as the policy kernels read them: each tensor's rows, the heads and rows a head
+        // of its (b, h, s) order; K and V of a paged cache through the block table (rows past a
+        // sequence's key length not at all); Q never is.
+        let tensors = [
+            (io.q, rows_q, s.q_heads, s.q_len, None),
+            (io.k, rows_kv, s.kv_heads, s.kv_len, io.pages),
+            (io.v, rows_kv, s.kv_heads, s.kv_len, io.pages),
+        ];
+        let source = |(t, rows, heads, seq, pages): (DevTensor, usize, usize, usize, _)| {
+            let (table, page_shift, max_pages) = PagedIo::args(pages);
+            TcPolicy {
+                src: t.addr,
+                rows: rows as i64,
+                s_bs: t.bs,
+                s_hs: t.hs,
+                s_ss: t.ss,
+                s_heads: heads as i32,
+                s_seq: seq as i32,
+                table,
+                page_shift,
+                max_pages,
+                ..base
             }
         };
         match (step, p.nonfinite()) {
             (Step::Check, _) => {
-                sanitize(&mut out, None);
-                out.push(self.policy(&self.any_flag, 3, ANY_THREADS, &base));
+                // One word a scan block, Q's, K's and V's back to back; tc_any_flag ORs each
+                // tensor's into its check word.
+                let sc_cfg = self.scan_cfg;
+                let words = [rows_q, rows_kv, rows_kv].map(|r| sc_cfg.blocks(r, s.head_dim));
+                let mut at = 0;
+                for (t, n) in tensors.into_iter().zip(words) {
+                    let prm = TcPolicy {
+                        flags: sc.flags + 4 * at as u64,
+                        ..source(t)
+                    };
+                    at += n;
+                    out.push(self.policy(&self.scan[plan.dt], n as u32, sc_cfg.threads, &prm));
+                }
+                let reduce = TcPolicy {
+                    rows: words[0] as i64,
+                    rows_kv: words[1] as i64,
+                    ..base
+                };
+                out.push(self.policy(&self.any_flag, 3, ANY_THREADS, &reduce));
             }
             (Step::Compute { .. }, NonFinitePolicy::Reject) => {
                 out.extend(self.attention(p, plan, io, sc.part));
             }
             (Step::Compute { .. }, NonFinitePolicy::Propagate) => {
                 let [cq, ck, cv] = sc.copies;
-                sanitize(&mut out, Some(sc.copies));
+                // A copy of each with NaN and ±inf replaced, a flag a row.
+                let flags_at = [0, rows_q, rows_q + rows_kv];
+                for ((t, dst), at) in tensors.into_iter().zip(sc.copies).zip(flags_at) {
+                    let prm = TcPolicy {
+                        dst,
+                        flags: sc.flags + 4 * at as u64,
+                        ..source(t)
+                    };
+                    let units = t.1 * (s.head_dim / CHUNK);
+                    out.push(self.policy(
+                        &self.sanitize[plan.dt],
+                        units.div_ceil(POLICY_THREADS as usize) as u32,
+                        POLICY_THREADS,
+                        &prm,
+                    ));
+                }
                 if io.mask == 0 {
                     out.push(Launch {
                         grid: (s.kv_heads as u32, s.batch as u32, 1),

@@ -99,3 +99,84 @@ pub fn soil_pool(st: &std::sync::Arc<detattn::cuda::CudaStream>, bytes: usize, b
     let junk = st.clone_htod(&vec![byte; bytes]).expect("upload");
     drop(junk);
 }
+
+/// `Reject` through the device entry reads every element of Q, K and V: a NaN, +inf or −inf
+/// anywhere is `NonFinite` naming the first of q, k, v holding one, with `out` untouched — the
+/// verdict of the host entry, whose scan is the CPU's (computed independently of the GPU's) — and
+/// finite inputs give the host entry's bits. Positions in each tensor: its first and last element,
+/// the ends of its first 16-byte unit, both sides of every multiple of `block` elements (the
+/// path's scan block) and of 24 even steps, and seeded ones; then two tensors at once. Returns the
+/// device calls made.
+pub fn reject_scan_case<T>(e: &Engine, p: &detattn::Problem, block: usize) -> usize
+where
+    T: detattn::Element + detattn::cuda::DeviceRepr,
+{
+    use detattn::inputs::{GenOptions, SplitMix64, generate};
+    use detattn::{Error, NonFinitePolicy};
+    assert_eq!(p.nonfinite(), NonFinitePolicy::Reject);
+    let cb = e.cuda().expect("cuda");
+    let st = cb.stream();
+    let seed = p.shape().head_dim as u64 * 31 + p.shape().q_len as u64;
+    let clean = generate::<T>(p, GenOptions::seed(seed));
+    let sentinel = vec![T::from_f32_rne(7.0); p.shape().q_elems()];
+    let bits = |x: &[T]| x.iter().map(|v| v.to_bits_u32()).collect::<Vec<_>>();
+    let kind =
+        |r: u64| T::from_f32_rne([f32::NAN, f32::INFINITY, f32::NEG_INFINITY][(r % 3) as usize]);
+    let what = |w: &str| format!("{} {} {p:?}: {w}", e.describe(), T::DTYPE.name());
+    let mut rng = SplitMix64::new(seed);
+    let mut calls = 0;
+    let mut check = |q: &[T], k: &[T], v: &[T], w: &str| {
+        let mut host_out = sentinel.clone();
+        let want = e.run_into(p, q, k, v, None, &mut host_out);
+        let up = |t: &[T]| st.clone_htod(t).expect("upload");
+        let mut out = up(&sentinel);
+        let got = dev_run(cb, e.path(), &st, p, &up(q), &up(k), &up(v), None, &mut out);
+        let back = st.clone_dtoh(&out).expect("download");
+        calls += 1;
+        match (&want, &got) {
+            (Err(wa), Err(g)) => {
+                assert!(
+                    matches!(wa, Error::NonFinite { .. }),
+                    "{}: host entry {wa}",
+                    what(w)
+                );
+                assert_eq!(g, wa, "{}", what(w));
+                assert!(
+                    bits(&back) == bits(&sentinel),
+                    "{}: out was written",
+                    what(w)
+                );
+            }
+            (Ok(()), Ok(())) => {
+                assert!(
+                    bits(&back) == bits(&host_out),
+                    "{}: device != host bits",
+                    what(w)
+                )
+            }
+            _ => panic!("{}: host entry {want:?}, device entry {got:?}", what(w)),
+        }
+    };
+    check(&clean.q, &clean.k, &clean.v, "finite");
+    let lens = [clean.q.len(), clean.k.len(), clean.v.len()];
+    for (t, &n) in lens.iter().enumerate() {
+        let mut at = vec![0, 7, 8, n - 1];
+        for b in (block..n).step_by(block).chain((1..24).map(|i| i * n / 24)) {
+            at.extend([b - 1, b]);
+        }
+        at.extend((0..3).map(|_| (rng.next_u64() % n as u64) as usize));
+        for i in at {
+            let mut x = clean.clone();
+            let [q, k, v] = [&mut x.q, &mut x.k, &mut x.v];
+            [q, k, v][t][i] = kind(rng.next_u64());
+            check(&x.q, &x.k, &x.v, &format!("tensor {t}, element {i} of {n}"));
+        }
+        // With V's last element bad too, the first tensor holding one is named.
+        let mut x = clean.clone();
+        x.v[lens[2] - 1] = kind(rng.next_u64());
+        let [q, k, v] = [&mut x.q, &mut x.k, &mut x.v];
+        [q, k, v][t][n / 2] = kind(rng.next_u64());
+        check(&x.q, &x.k, &x.v, &format!("tensor {t} and v"));
+    }
+    calls
+}

@@ -788,32 +788,33 @@ impl Exact {
         }
     }
 
-    /// §2 in one launch per grid slice: K (scaled, padded to whole tiles) and V (sanitised)
-    /// always, and Q (scaled; blockIdx.z = 0) when `with_q`.
+    /// §2, one launch per grid slice: K (scaled, padded to whole tiles) and V (sanitised) always,
+    /// and Q (scaled) when `with_q`, in launches of its own: each tensor's grid its own rows and
+    /// heads. (One grid of both, sized by the larger of each, was seven empty blocks in eight for a
+    /// GQA decode: 2 M blocks for 262 144 rows at B32, whose scheduling took the pass 3.0 ms on an
+    /// H200; docs/perf.md, "Reject's scan".)
     fn prepare(&self, p: &Problem, pl: &Plan, base: &Params, with_q: bool, out: &mut Vec<Launch>) {
         let s = p.shape();
-        let (job0, jobs) = if with_q { (0, 2) } else { (1, 1) };
-        let rows = if with_q {
-            s.q_len.max(pl.skv_pad)
-        } else {
-            pl.skv_pad
-        };
-        let heads = s.batch * s.q_heads.max(s.kv_heads);
-        let gx = rows.div_ceil(PREPARE_ROWS_PER_BLOCK) as u32;
-        for (h0, n) in grid_slices(heads) {
-            let prm = Params {
-                prep_head0: h0 as i32,
-                prep_job0: job0,
-                ..*base
-            };
-            out.push(Launch {
-                kernel: self.prepare[pl.dt].clone(),
-                grid: (gx, n as u32, jobs),
-                block: PREPARE_THREADS,
-                smem: 0,
-                params: ParamBytes::one(&prm),
-                early: false,
-            });
+        // (job: 0 = Q, 1 = K and V, as kernels/exact.cu `prepare` reads prep_job0; rows; heads)
+        let q = (0, s.q_len, s.batch * s.q_heads);
+        let kv = (1, pl.skv_pad, s.batch * s.kv_heads);
+        for (job, rows, heads) in with_q.then_some(q).into_iter().chain([kv]) {
+            let gx = rows.div_ceil(PREPARE_ROWS_PER_BLOCK) as u32;
+            for (h0, n) in grid_slices(heads) {
+                let prm = Params {
+                    prep_head0: h0 as i32,
+                    prep_job0: job,
+                    ..*base
+                };
+                out.push(Launch {
+                    kernel: self.prepare[pl.dt].clone(),
+                    grid: (gx, n as u32, 1),
+                    block: PREPARE_THREADS,
+                    smem: 0,
+                    params: ParamBytes::one(&prm),
+                    early: false,
+                });
+            }
         }
     }
 

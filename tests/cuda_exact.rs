@@ -866,8 +866,8 @@ fn stale_scratch_changes_no_bit() {
 /// entry (the CPU's scan) does: `gpu_common::reject_scan_case`, on a prefill and a decode (whose
 /// scan prepares K and V for it alone) of every dtype, at head dims 32, 80, 128 and 256. The
 /// device scan ORs its row flags in 256 slices (`detattn_reject_part`) and then those words; a
-/// `detattn_reject_part` that skips its last slice (planted once through the test-only override)
-/// fails it.
+/// `detattn_reject_part` that skips each slice's last row (planted once through the test-only
+/// override) fails it.
 #[test]
 fn reject_scan_finds_a_nonfinite_anywhere() {
     let test = "reject_scan_finds_a_nonfinite_anywhere";
@@ -876,12 +876,7 @@ fn reject_scan_finds_a_nonfinite_anywhere() {
     };
     let mut calls = 0;
     for d in [32, 80, 128, 256] {
-        for (b, hq, hkv, sq, skv) in [(2, 4, 2, 100, 300), (3, 8, 2, 1, 2500)] {
-            let p = Problem::builder(Shape::new(b, hq, hkv, sq, skv, d))
-                .kv_lens([vec![skv, 170], vec![skv, 9, 1800]][usize::from(sq == 1)].clone())
-                .causal(d == 128)
-                .build()
-                .unwrap();
+        for p in gpu_common::reject_problems(d) {
             calls += gpu_common::reject_scan_case::<f32>(&e, &p, 1 << 20);
             calls += gpu_common::reject_scan_case::<detattn::f16>(&e, &p, 1 << 20);
             calls += gpu_common::reject_scan_case::<detattn::bf16>(&e, &p, 1 << 20);

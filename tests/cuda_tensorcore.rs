@@ -2049,7 +2049,7 @@ fn reject_scan_finds_a_nonfinite_anywhere() {
     };
     let mut calls = 0;
     for d in DIMS {
-        for p in reject_problems(d) {
+        for p in gpu_common::reject_problems(d) {
             calls += gpu_common::reject_scan_case::<f16>(&e, &p, 2048 * 8);
             calls += gpu_common::reject_scan_case::<bf16>(&e, &p, 2048 * 8);
         }
@@ -2059,24 +2059,4 @@ fn reject_scan_finds_a_nonfinite_anywhere() {
          decode): each the host entry's verdict, out untouched on NonFinite, on {}",
         e.describe()
     ));
-}
-
-/// A prefill and a decode whose Q, K and V span several scan blocks at head dim `d`, with key
-/// lengths shorter than Skv (the rows past them are inputs too).
-fn reject_problems(d: usize) -> [Problem; 2] {
-    let policy = |p: Problem| with_policy(&p, NonFinitePolicy::Reject);
-    [
-        policy(problem(
-            (2, 4, 2, 100, 300, d),
-            d == 128,
-            Some(vec![300, 170]),
-            None,
-        )),
-        policy(problem(
-            (3, 8, 2, 1, 2500, d),
-            false,
-            Some(vec![2500, 9, 1800]),
-            None,
-        )),
-    ]
 }

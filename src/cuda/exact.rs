@@ -3,15 +3,14 @@
 //! A call is, on one stream: `prepare` (docs/numerics.md §2: the rows of K and V, and of Q when the
 //! generic kernel or the device scan needs them, into f32 scratch, one row per warp), under
 //! `Reject` on device-resident inputs the non-finite scan (`reject_part`, `reject_flags`: three
-//! words for the host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one of three, by
-//! head_dim) or the generic kernel above. Decode-shaped problems (`group · q_len ≤ 16`: one token,
-//! or a few for speculative decoding) take four other kernels instead, which spread one KV head's
-//! work over the whole GPU (`dec_scores` — `dec_scores_wide` past head dim 256 — `dec_weights`,
-//! `dec_values` — `dec_values_wide` when the launch has many KV heads — `dec_finish`:
-//! kernels/exact.cu explains why that keeps every bit) and read K and V
-//! in the caller's dtype, once, with no prepare pass.
-//! The choice depends on the shape only, and every kernel produces the bits of
-//! docs/numerics.md, so it never changes the output.
+//! words for the host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one
+//! of three, by head_dim) or the generic kernel above. Decode-shaped problems (`group · q_len ≤
+//! 16`: one token, or a few for speculative decoding) take four other kernels instead, which spread
+//! one KV head's work over the whole GPU (`dec_scores` — `dec_scores_wide` past head dim 256 —
+//! `dec_weights`, `dec_values` — `dec_values_wide` when the launch has many KV heads —
+//! `dec_finish`: kernels/exact.cu explains why that keeps every bit) and read K and V in the
+//! caller's dtype, once, with no prepare pass. The choice depends on the shape only, and every
+//! kernel produces the bits of docs/numerics.md, so it never changes the output.
 
 use super::launch::{Kernel, Launch, Module, ParamBytes};
 use super::path::{DevTensor, GpuPath, Io, Step};

@@ -100,6 +100,25 @@ pub fn soil_pool(st: &std::sync::Arc<detattn::cuda::CudaStream>, bytes: usize, b
     drop(junk);
 }
 
+/// A prefill (causal at head dim 128) and a GQA decode under `Reject` whose Q, K and V span several
+/// scan blocks of either path at head dim `d`, with key lengths shorter than Skv (the rows past
+/// them are inputs too).
+pub fn reject_problems(d: usize) -> [detattn::Problem; 2] {
+    use detattn::{NonFinitePolicy, Problem, Shape};
+    let build = |(b, hq, hkv, sq, skv): (usize, usize, usize, usize, usize), lens: Vec<usize>| {
+        Problem::builder(Shape::new(b, hq, hkv, sq, skv, d))
+            .causal(sq > 1 && d == 128)
+            .kv_lens(lens)
+            .nonfinite(NonFinitePolicy::Reject)
+            .build()
+            .expect("valid test problem")
+    };
+    [
+        build((2, 4, 2, 100, 300), vec![300, 170]),
+        build((3, 8, 2, 1, 2500), vec![2500, 9, 1800]),
+    ]
+}
+
 /// `Reject` through the device entry reads every element of Q, K and V: a NaN, +inf or −inf
 /// anywhere is `NonFinite` naming the first of q, k, v holding one, with `out` untouched — the
 /// verdict of the host entry, whose scan is the CPU's (computed independently of the GPU's) — and

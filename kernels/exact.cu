@@ -1,9 +1,9 @@
 // The `Exact` attention kernels (docs/numerics.md), bit-identical to the CPU reference
 // (src/cpu/prepare.rs, src/cpu/kernel.rs). Four kinds of kernel, all launched by src/cuda/:
 //
-//   detattn_prepare_<dt>      §2: one warp per row of Q, K or V (one launch for several tensors,
-//                             blockIdx.z picks the tensor): sanitise, per-row power-of-two shift,
-//                             scaled f32 copy (row stride DP, zero-padded), bad flag.
+//   detattn_prepare_<dt>      §2: one warp per row of Q, or of K and V (a launch each, prep_job
+//                             picks which): sanitise, per-row power-of-two shift, scaled f32 copy
+//                             (row stride DP, zero-padded), bad flag.
 //   detattn_reject_part,      §7 Reject on the device: OR of the three bad-flag arrays, no atomics
 //   detattn_reject_flags      (a word per slice and array, then one block ORs those; the host reads
 //                             three words and decides once).
@@ -57,9 +57,9 @@ struct Params {
     int skv_pad;            // Skv rounded up to a multiple of 64
     int causal, has_mask, mask_per_batch, mask_per_head, propagate;
     float scale;
-    // prepare: first head of this launch (the host splits huge grids); prep_job0 = 0: blockIdx.z
-    // = 0 prepares Q and z = 1 K and V, else z = 0 prepares K and V
-    int prep_head0, prep_job0;
+    // prepare: first head of this launch (the host splits huge grids); prep_job = 0 prepares Q,
+    // 1 K and V
+    int prep_head0, prep_job;
     int group;              // Hq / Hkv
     int bh0;                // first (b*Hq + h) of this launch (the host splits huge grids)
     int top_left;           // causal alignment: 1 = top-left (j <= i), 0 = bottom-right (numerics.md §1)
@@ -339,17 +339,19 @@ __device__ __forceinline__ void prepare_kv_regs(const Params& P, const typename 
     }
 }
 
-// One warp per row. blockIdx.z = 0 with prep_job0 = 0: rows of Q; otherwise key rows: the warp
-// prepares row j of K (scaled) and row j of V (sanitised, §2: no shift), padded to skv_pad rows
-// per head (padding rows: zeros, shift 0, no bad flag). So one launch prepares K and V, or Q, K
-// and V (when the generic kernel reads Q or the device scan needs its flags). Each case names its
+// One warp per row. prep_job = 0: rows of Q; 1: key rows, the warp preparing row j of K (scaled)
+// and row j of V (sanitised, §2: no shift), padded to skv_pad rows per head (padding rows: zeros,
+// shift 0, no bad flag). One launch for Q (when the generic kernel reads it or the device scan
+// needs its flags), one for K and V, each a grid of its own rows and heads (until 2026-11-29 one
+// launch covered both, blockIdx.z the tensor, sized by the larger of each: seven empty blocks in
+// eight on a GQA decode; docs/perf.md, "Reject's scan"). Each case names its
 // buffers directly: choosing pointers by an index would compile to a constant-bank load at a
 // computed offset, which the audit cannot tell apart from a load of the public kv_lens. Blocks
 // past a tensor's rows or heads leave at once (positions only).
 template <class E>
 __device__ void prepare(const Params& P) {
     typedef typename E::T T;
-    const bool is_q = P.prep_job0 == 0 && blockIdx.z == 0;  // uniform per block: public
+    const bool is_q = P.prep_job == 0;  // a launch fact: public
     const int j = (int)(blockIdx.x * (blockDim.x / 32) + (threadIdx.x / 32));
     const long long head = (long long)blockIdx.y + P.prep_head0;
     if (is_q) {

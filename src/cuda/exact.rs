@@ -122,7 +122,7 @@ struct Params {
     propagate: i32,
     scale: f32,
     prep_head0: i32,
-    prep_job0: i32,
+    prep_job: i32,
     group: i32,
     bh0: i32,
     top_left: i32,
@@ -794,7 +794,7 @@ impl Exact {
     /// H200; docs/perf.md, "Reject's scan".)
     fn prepare(&self, p: &Problem, pl: &Plan, base: &Params, with_q: bool, out: &mut Vec<Launch>) {
         let s = p.shape();
-        // (job: 0 = Q, 1 = K and V, as kernels/exact.cu `prepare` reads prep_job0; rows; heads)
+        // (job: 0 = Q, 1 = K and V, as kernels/exact.cu `prepare` reads prep_job; rows; heads)
         let q = (0, s.q_len, s.batch * s.q_heads);
         let kv = (1, pl.skv_pad, s.batch * s.kv_heads);
         for (job, rows, heads) in with_q.then_some(q).into_iter().chain([kv]) {
@@ -802,7 +802,7 @@ impl Exact {
             for (h0, n) in grid_slices(heads) {
                 let prm = Params {
                     prep_head0: h0 as i32,
-                    prep_job0: job,
+                    prep_job: job,
                     ..*base
                 };
                 out.push(Launch {

@@ -119,9 +119,13 @@ struct ScanCfg {
 }
 
 impl ScanCfg {
-    /// The blocks of a scan of `rows` rows of `d` elements: the words it writes.
-    fn blocks(&self, rows: usize, d: usize) -> usize {
-        (rows * (d / CHUNK)).div_ceil(self.units)
+    /// The blocks of the scans of Q, K and V of `p`, the words each writes: `Reject`'s flags
+    /// buffer holds them back to back.
+    fn words(&self, p: &Problem) -> [usize; 3] {
+        let s = p.shape();
+        let units = |rows: usize| (rows * (s.head_dim / CHUNK)).div_ceil(self.units);
+        let kv = units(s.batch * s.kv_heads * s.kv_len);
+        [units(s.batch * s.q_heads * s.q_len), kv, kv]
     }
 }
 
@@ -577,10 +581,7 @@ impl GpuPath for TensorCore {
         let flags = if propagate {
             4 * rows
         } else if check {
-            let d = s.head_dim;
-            let sc = self.scan_cfg;
-            4 * (sc.blocks(s.batch * s.q_heads * s.q_len, d)
-                + 2 * sc.blocks(s.batch * s.kv_heads * s.kv_len, d))
+            4 * self.scan_cfg.words(p).iter().sum::<usize>()
         } else {
             4
         };
@@ -704,8 +705,7 @@ impl GpuPath for TensorCore {
             (Step::Check, _) => {
                 // One word a scan block, Q's, K's and V's back to back; tc_any_flag ORs each
                 // tensor's into its check word.
-                let sc_cfg = self.scan_cfg;
-                let words = [rows_q, rows_kv, rows_kv].map(|r| sc_cfg.blocks(r, s.head_dim));
+                let words = self.scan_cfg.words(p);
                 let mut at = 0;
                 for (t, n) in tensors.into_iter().zip(words) {
                     let prm = TcPolicy {
@@ -713,7 +713,8 @@ impl GpuPath for TensorCore {
                         ..source(t)
                     };
                     at += n;
-                    out.push(self.policy(&self.scan[plan.dt], n as u32, sc_cfg.threads, &prm));
+                    let threads = self.scan_cfg.threads;
+                    out.push(self.policy(&self.scan[plan.dt], n as u32, threads, &prm));
                 }
                 let reduce = TcPolicy {
                     rows: words[0] as i64,
@@ -730,12 +731,13 @@ impl GpuPath for TensorCore {
                 // A copy of each with NaN and ±inf replaced, a flag a row.
                 let flags_at = [0, rows_q, rows_q + rows_kv];
                 for ((t, dst), at) in tensors.into_iter().zip(sc.copies).zip(flags_at) {
+                    let rows = t.1;
                     let prm = TcPolicy {
                         dst,
                         flags: sc.flags + 4 * at as u64,
                         ..source(t)
                     };
-                    let units = t.1 * (s.head_dim / CHUNK);
+                    let units = rows * (s.head_dim / CHUNK);
                     out.push(self.policy(
                         &self.sanitize[plan.dt],
                         units.div_ceil(POLICY_THREADS as usize) as u32,

@@ -63,7 +63,9 @@ struct Params {
     int group;              // Hq / Hkv
     int bh0;                // first (b*Hq + h) of this launch (the host splits huge grids)
     int top_left;           // causal alignment: 1 = top-left (j <= i), 0 = bottom-right (numerics.md §1)
-    int pad_;               // (328 bytes)
+    // scan (decodes under Reject): rows of one head a chunk of Q and of K/V, and which of Q, K, V
+    // (bits 0, 1, 2) read in 16-byte units (rows aligned, whole units)
+    int scan_rq, scan_rkv, scan_vec;  // (336 bytes)
 };
 
 // ------------------------------------------------------------------------------ element types
@@ -430,6 +432,154 @@ extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_flag
         for (int t = 0; t < 3; ++t) f[t] |= P.flags[3 + 3 * i + t];
     reject_or(f, P.flags);
 }
+
+// ------------------------------------------------------------------------------ §7 Reject scan of a decode
+
+// The decode kernels read the caller's rows and prepare none, so a decode under Reject scans Q, K
+// and V where they lie instead of preparing them (until 2026-11-29 `prepare` wrote f32 copies of K
+// and V for the scan alone: 1.9 ms of a 2 ms Python call at a decode of B32 on an H200;
+// docs/perf.md, "Reject's scan"). Grid (REJECT_PARTS, 3), blockIdx.y the tensor (0 Q, 1 K, 2 V):
+// block x ORs whether an element it reads is NaN or ±inf into flags[3 + 3x + y], which
+// detattn_reject_flags then ORs as it does reject_part's words. A tensor's rows (b, h, s) are cut
+// into chunks of scan_r{q,kv} rows of one head (src/cuda/exact.rs picks them); block x takes
+// chunks x, x + REJECT_PARTS, …, so a row's address needs no division. A warp reads rpw rows a
+// pass, lane (sub, c) unit c of row sub, scan_passes() passes' loads issued together;
+// a unit is 16 bytes where every row of the tensor is 16-byte aligned and whole units (scan_vec),
+// else one element. Only the rows' D elements are read (never a padded layout's gaps). Shapes,
+// strides and lengths choose what is read; the values only enter an OR of integers, which no
+// order or grid can change.
+constexpr int SCAN_T = 256;  // src/cuda/exact.rs mirrors it
+
+// Nonzero when a 32-bit word of E elements (one f32, or two 16-bit ones) holds a NaN or ±inf, by
+// bit operations alone: x is zero in exactly the fields of those elements (an all-ones exponent,
+// whose mask is the canonical NaN without its quiet bit, XORed away), and with every field's top
+// bit clear, (x - one a field) & ~x sets a field's top bit only where some field of x is zero
+// (the classic zero-byte test, exact as a yes or no).
+template <class E>
+__device__ __forceinline__ unsigned scan_word(unsigned w) {
+    constexpr bool F32 = sizeof(typename E::T) == 4;
+    constexpr unsigned M = E::NAN_BITS & (E::NAN_BITS - 1u);
+    constexpr unsigned MM = F32 ? M : M | (M << 16);
+    constexpr unsigned ONE = F32 ? 1u : 0x00010001u, TOP = F32 ? 0x80000000u : 0x80008000u;
+    const unsigned x = (w & MM) ^ MM;
+    return (x - ONE) & ~x & TOP;
+}
+
+// The passes a warp's loads of one step cover: six 16-byte loads a lane in flight (four measured
+// 53 µs for dec1's 134 MB, 2.5 TB/s: 2026-11-29, docs/perf.md; eight spill on sm_80), four 4- or
+// 2-byte ones (the element-wise form, for layouts that are not whole aligned units).
+template <bool VEC>
+__host__ __device__ constexpr int scan_passes() { return VEC ? 6 : 4; }
+
+template <class E, bool VEC>
+__device__ __forceinline__ unsigned scan_tensor(const typename E::T* base, long long bs, long long hs, long long ss,
+                                                int planes, int H, int S, int D, int rpc) {
+    typedef typename E::T T;
+    constexpr int NP = scan_passes<VEC>();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int U = VEC ? D * (int)sizeof(T) / 16 : D;  // units a row
+    int lg = 0;                                       // lanes a row: 2^lg, U rounded up, at most 32
+    while (lg < 5 && (1 << lg) < U) ++lg;
+    const int rpw = 32 >> lg;
+    const int sub = lane >> lg, c0 = lane & ((1 << lg) - 1);
+    const int ku = (U + 31) >> 5;  // units a lane a row, past 32 units
+    const int step = NP * (SCAN_T / 32) * rpw;
+    // Chunk ch is part `part` of head `plane` = (b, h); the block's next chunk is REJECT_PARTS
+    // further, i.e. dq heads and dr parts on (dq = db heads of H and dh more): stepped, not
+    // divided again (each udiv is a chain of 32 steps, once here).
+    const unsigned cs = udiv((unsigned)(S + rpc - 1), (unsigned)rpc);  // chunks a head
+    const unsigned nch = (unsigned)planes * cs;                         // < 2^31: the host's condition
+    const unsigned plane0 = udiv(blockIdx.x, cs), dq = udiv(REJECT_PARTS, cs);
+    const unsigned dr = REJECT_PARTS - dq * cs, db = udiv(dq, (unsigned)H), dh = dq - db * H;
+    unsigned part = blockIdx.x - plane0 * cs, b = udiv(plane0, (unsigned)H), h = plane0 - b * H;
+    unsigned bad = 0u;
+#pragma unroll 1
+    for (unsigned ch = blockIdx.x; ch < nch; ch += REJECT_PARTS) {
+        const T* pb = base + ((long long)b * bs + (long long)h * hs);
+        const int s0 = (int)part * rpc, s1 = min(S, s0 + rpc);
+#pragma unroll 1
+        for (int sb = s0; sb < s1; sb += step) {
+#pragma unroll 1
+            for (int k = 0; k < ku; ++k) {
+                const int c = c0 + 32 * k;
+                // Every load is made, at a row and unit clamped into the chunk's rows and the
+                // row's units, and what a pass past them read is masked off: no address computed
+                // under a predicate (ptxas then merged loaded values into address registers, which
+                // the audit cannot tell from a secret address).
+                const int s = sb + warp * rpw + sub, cc = min(c, U - 1);
+                if constexpr (VEC) {
+                    uint4 w[NP];
+#pragma unroll
+                    for (int p = 0; p < NP; ++p) {
+                        const int sp = min(s + p * rpw * (SCAN_T / 32), s1 - 1);
+                        w[p] = reinterpret_cast<const uint4*>(pb + sp * ss)[cc];
+                    }
+#pragma unroll
+                    for (int p = 0; p < NP; ++p) {
+                        const unsigned live = mask_of(s + p * rpw * (SCAN_T / 32) < s1 && c < U);  // position
+                        bad |= (scan_word<E>(w[p].x) | scan_word<E>(w[p].y) | scan_word<E>(w[p].z) |
+                                scan_word<E>(w[p].w)) & live;
+                    }
+                } else {
+                    float x[NP];
+#pragma unroll
+                    for (int p = 0; p < NP; ++p) x[p] = E::load(pb + min(s + p * rpw * (SCAN_T / 32), s1 - 1) * ss, cc);
+#pragma unroll
+                    for (int p = 0; p < NP; ++p)
+                        bad |= nonfinite_mask(x[p]) & mask_of(s + p * rpw * (SCAN_T / 32) < s1 && c < U);
+                }
+            }
+        }
+        part += dr;
+        const unsigned carry = part >= cs ? 1u : 0u;
+        part -= carry * cs;
+        h += dh + carry;
+        b += db;
+        if (h >= (unsigned)H) {  // public
+            h -= H;
+            ++b;
+        }
+    }
+    return bad;
+}
+
+template <class E>
+__device__ __forceinline__ void scan(const Params& P) {
+    typedef typename E::T T;
+    const int t = (int)blockIdx.y;  // the tensor: a launch fact
+    // Each tensor's fields named directly (see prepare: no pointer chosen by an index).
+    const void* base = P.q;
+    long long bs = P.q_bs, hs = P.q_hs, ss = P.q_ss;
+    int h = P.Hq, s = P.Sq, rpc = P.scan_rq;
+    if (t == 1) {
+        base = P.k;
+        bs = P.k_bs, hs = P.k_hs, ss = P.k_ss;
+        h = P.Hkv, s = P.Skv, rpc = P.scan_rkv;
+    } else if (t == 2) {
+        base = P.v;
+        bs = P.v_bs, hs = P.v_hs, ss = P.v_ss;
+        h = P.Hkv, s = P.Skv, rpc = P.scan_rkv;
+    }
+    unsigned bad;
+    if ((P.scan_vec >> t) & 1)
+        bad = scan_tensor<E, true>((const T*)base, bs, hs, ss, P.B * h, h, s, P.D, rpc);
+    else
+        bad = scan_tensor<E, false>((const T*)base, bs, hs, ss, P.B * h, h, s, P.D, rpc);
+    __shared__ unsigned part[SCAN_T / 32];
+    for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = bad;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned x = 0u;
+#pragma unroll
+        for (int w = 0; w < SCAN_T / 32; ++w) x |= part[w];
+        P.flags[3 + 3 * blockIdx.x + t] = x != 0u ? 1u : 0u;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_T) detattn_scan_f32(const Params P) { scan<ElemF32>(P); }
+extern "C" __global__ void __launch_bounds__(SCAN_T) detattn_scan_f16(const Params P) { scan<ElemF16>(P); }
+extern "C" __global__ void __launch_bounds__(SCAN_T) detattn_scan_bf16(const Params P) { scan<ElemBf16>(P); }
 
 // ------------------------------------------------------------------------------ §3-§5 fast path
 

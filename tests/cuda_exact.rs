@@ -8,6 +8,7 @@
 #![cfg(feature = "cuda")]
 
 mod gpu_common;
+mod layout_common;
 use gpu_common::{dev_run, dev_time};
 
 use detattn::cuda::{CudaBackend, CudaSlice, CudaStream, DeviceRepr};
@@ -863,11 +864,12 @@ fn stale_scratch_changes_no_bit() {
 }
 
 /// `Reject` through the device entry finds a NaN, +inf or −inf anywhere in Q, K or V, as the host
-/// entry (the CPU's scan) does: `gpu_common::reject_scan_case`, on a prefill and a decode (whose
-/// scan prepares K and V for it alone) of every dtype, at head dims 32, 80, 128 and 256. The
-/// device scan ORs its row flags in 256 slices (`detattn_reject_part`) and then those words; a
-/// `detattn_reject_part` that skips each slice's last row (planted once through the test-only
-/// override) fails it.
+/// entry (the CPU's scan) does: `gpu_common::reject_scan_case`, on a prefill and a decode of every
+/// dtype, at head dims 32, 80, 128 and 256. A prefill's scan ORs the prepared rows' flags in 256
+/// slices (`detattn_reject_part`) and then those words; a decode's (`detattn_scan_*`) reads the
+/// caller's rows in chunks of one head. A `detattn_reject_part` that skips each slice's last row,
+/// and a `detattn_scan_*` that skips each chunk's last row, (each planted once through the
+/// test-only override) fail it.
 #[test]
 fn reject_scan_finds_a_nonfinite_anywhere() {
     let test = "reject_scan_finds_a_nonfinite_anywhere";
@@ -887,4 +889,149 @@ fn reject_scan_finds_a_nonfinite_anywhere() {
          a decode): each the host entry's verdict, out untouched on NonFinite, on {}",
         e.describe()
     ));
+}
+
+/// `Reject`'s scan reads the rows of every layout and nothing else: Q, K and V placed `[B, S, H,
+/// D]`, padded (8 elements between rows) and padded at an odd element offset (rows no longer
+/// 16-byte aligned: the scan's element-wise form), with NaN in every gap between rows. Finite rows
+/// are accepted with the contiguous run's bits (a scan that read a gap would refuse them); a NaN,
+/// +inf or −inf planted at the first or last element of a row, in rows at both ends of each
+/// tensor and in seeded ones, is refused as the host entry (the CPU's scan, on the same layout)
+/// refuses it. Head dims 36 (2-byte rows not whole 16-byte units), 37 and 128, every dtype, a
+/// decode (`detattn_scan_*`) and a prefill (`prepare`'s flags).
+#[test]
+fn reject_scan_reads_every_layout_and_nothing_else() {
+    let test = "reject_scan_reads_every_layout_and_nothing_else";
+    let Some(e) = gpu(test) else {
+        return;
+    };
+    let mut calls = 0;
+    for d in [36, 37, 128] {
+        for (b, hq, hkv, sq, skv, lens) in [
+            (2, 4, 2, 1, 300, vec![300, 170]),
+            (2, 2, 1, 5, 40, vec![40, 33]),
+        ] {
+            let p = Problem::builder(Shape::new(b, hq, hkv, sq, skv, d))
+                .kv_lens(lens)
+                .nonfinite(NonFinitePolicy::Reject)
+                .build()
+                .expect("valid test problem");
+            calls += layout_scan_case::<f32>(&e, &p);
+            calls += layout_scan_case::<f16>(&e, &p);
+            calls += layout_scan_case::<bf16>(&e, &p);
+        }
+    }
+    gpu_common::loud(&format!(
+        "{test}: {calls} device calls under Reject (f32/f16/bf16, D 36/37/128, decode and \
+         prefill, three strided layouts with NaN between the rows): each the host entry's \
+         verdict on the same layout, on {}",
+        e.describe()
+    ));
+}
+
+fn layout_scan_case<T: Element + DeviceRepr>(e: &Engine, p: &Problem) -> usize {
+    use detattn::cuda::{DeviceQkv, DeviceTensor, DeviceTensorMut};
+    use detattn::tensor::gather;
+    use detattn::{Layout, Qkv, Tensor, TensorMut};
+    use layout_common::{Kind, layout, place};
+    let cb = cuda(e);
+    let st = cb.stream();
+    let s = p.shape();
+    let qd = [s.batch, s.q_heads, s.q_len, s.head_dim];
+    let kd = [s.batch, s.kv_heads, s.kv_len, s.head_dim];
+    let clean = generate::<T>(p, GenOptions::seed(s.head_dim as u64 + 7 * s.q_len as u64));
+    let want = e
+        .run(p, &clean.q, &clean.k, &clean.v, None)
+        .expect("contiguous run");
+    let nan = T::from_f32_rne(f32::NAN);
+    let kind =
+        |r: u64| T::from_f32_rne([f32::NAN, f32::INFINITY, f32::NEG_INFINITY][(r % 3) as usize]);
+    let mut rng = SplitMix64::new(0x5CA7 + s.head_dim as u64);
+    let (lo, olen) = layout(Kind::Bshd, qd);
+    let mut calls = 0;
+    for (name, odd) in [
+        ("bshd", false),
+        ("padded", false),
+        ("padded, odd offset", true),
+    ] {
+        let k = if name == "bshd" {
+            Kind::Bshd
+        } else {
+            Kind::Padded
+        };
+        let ([mut q, mut kb, mut vb], mut ls) = place(p, k, &clean.q, &clean.k, &clean.v, nan);
+        if odd {
+            // One more element in front: every row starts one element later.
+            for buf in [&mut q, &mut kb, &mut vb] {
+                buf.insert(0, nan);
+            }
+            ls = ls.map(|l: Layout| l.with_offset(l.offset + 1));
+        }
+        let run = |q: &[T], k: &[T], v: &[T], what: &str| {
+            let host = Qkv {
+                q: Tensor::new(q, ls[0]),
+                k: Tensor::new(k, ls[1]),
+                v: Tensor::new(v, ls[2]),
+                mask: None,
+            };
+            let mut hout = vec![T::from_f32_rne(7.0); olen];
+            let hr = e.run_tensors(p, &host, TensorMut::new(&mut hout, lo));
+            let up = |x: &[T]| st.clone_htod(x).expect("upload");
+            let (dq, dk, dv) = (up(q), up(k), up(v));
+            let dev = DeviceQkv {
+                q: DeviceTensor::new(&dq, ls[0]),
+                k: DeviceTensor::new(&dk, ls[1]),
+                v: DeviceTensor::new(&dv, ls[2]),
+                mask: None,
+            };
+            let mut dout = up(&vec![T::from_f32_rne(7.0); olen]);
+            let dr = cb.run_device(e.path(), &st, p, &dev, DeviceTensorMut::new(&mut dout, lo));
+            let got = st.clone_dtoh(&dout).expect("download");
+            let ctx = format!("{} {name} {p:?}: {what}", T::DTYPE.name());
+            match (&hr, &dr) {
+                (Ok(()), Ok(())) => {
+                    assert_eq!(
+                        bits(&gather(&hout, qd, lo)),
+                        bits(&want),
+                        "{ctx}: host bits"
+                    );
+                    assert_eq!(
+                        bits(&gather(&got, qd, lo)),
+                        bits(&want),
+                        "{ctx}: device bits"
+                    );
+                }
+                (Err(h), Err(d)) => assert_eq!(d, h, "{ctx}"),
+                _ => panic!("{ctx}: host entry {hr:?}, device entry {dr:?}"),
+            }
+            hr.is_ok()
+        };
+        assert!(
+            run(&q, &kb, &vb, "finite rows, NaN between them"),
+            "finite rows refused"
+        );
+        calls += 1;
+        for t in 0..3 {
+            let dims = if t == 0 { qd } else { kd };
+            let rows = dims[0] * dims[1] * dims[2];
+            let mut at = vec![0, rows - 1];
+            at.extend((0..4).map(|_| (rng.next_u64() % rows as u64) as usize));
+            for r in at {
+                let (bi, rest) = (r / (dims[1] * dims[2]), r % (dims[1] * dims[2]));
+                let (hi, si) = (rest / dims[2], rest % dims[2]);
+                for col in [0, s.head_dim - 1] {
+                    let (mut x, mut y, mut z) = (q.clone(), kb.clone(), vb.clone());
+                    let buf = [&mut x, &mut y, &mut z];
+                    let i = ls[t].row(bi, hi, si) + col;
+                    buf[t][i] = kind(rng.next_u64());
+                    assert!(
+                        !run(&x, &y, &z, &format!("tensor {t} row {r} column {col}")),
+                        "a non-finite row element accepted"
+                    );
+                    calls += 1;
+                }
+            }
+        }
+    }
+    calls
 }

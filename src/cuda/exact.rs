@@ -2,14 +2,15 @@
 //!
 //! A call is, on one stream: `prepare` (docs/numerics.md §2: the rows of K and V, and of Q when the
 //! generic kernel or the device scan needs them, into f32 scratch, one row per warp), under
-//! `Reject` on device-resident inputs the non-finite scan (`reject_part`, `reject_flags`: three
-//! words for the host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one
+//! `Reject` on device-resident inputs the non-finite scan of the prepared rows' flags
+//! (`reject_part`, `reject_flags`: three words for the host), then the attention kernel — the tiled fast kernel for head_dim ≤ 256 (one
 //! of three, by head_dim) or the generic kernel above. Decode-shaped problems (`group · q_len ≤
 //! 16`: one token, or a few for speculative decoding) take four other kernels instead, which spread
 //! one KV head's work over the whole GPU (`dec_scores` — `dec_scores_wide` past head dim 256 —
 //! `dec_weights`, `dec_values` — `dec_values_wide` when the launch has many KV heads —
 //! `dec_finish`: kernels/exact.cu explains why that keeps every bit) and read K and V in the
-//! caller's dtype, once, with no prepare pass. The choice depends on the shape only, and every
+//! caller's dtype, once, with no prepare pass; their `Reject` scan (`scan`, then `reject_flags`)
+//! reads the caller's Q, K and V where they lie. The choice depends on the shape only, and every
 //! kernel produces the bits of docs/numerics.md, so it never changes the output.
 
 use super::launch::{Kernel, Launch, Module, ParamBytes};
@@ -31,6 +32,8 @@ const REJECT_THREADS: u32 = 1024;
 /// Blocks of `detattn_reject_part` (kernels/exact.cu `REJECT_PARTS`): each ORs a slice of the three
 /// flag arrays into three words after the first three of the flags buffer.
 const REJECT_PARTS: usize = 256;
+/// Threads of `detattn_scan_*` (kernels/exact.cu `SCAN_T`).
+const SCAN_THREADS: u32 = 256;
 /// Largest grid y dimension; larger launches are split along y by the host.
 const MAX_GRID_Y: usize = 65535;
 
@@ -89,7 +92,7 @@ impl Strides {
 }
 
 /// The kernel ABI, field for field the `Params` struct of kernels/exact.cu (pointers as device
-/// addresses, then the 64-bit strides, then 32-bit scalars; 328 bytes). Change both together, and
+/// addresses, then the 64-bit strides, then 32-bit scalars; 336 bytes). Change both together, and
 /// the byte ranges of the `detattn_*` entries of audit/rules.toml.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -126,10 +129,12 @@ struct Params {
     group: i32,
     bh0: i32,
     top_left: i32,
-    pad: i32,
+    scan_rq: i32,
+    scan_rkv: i32,
+    scan_vec: i32,
 }
 
-const _: () = assert!(std::mem::size_of::<Params>() == 328);
+const _: () = assert!(std::mem::size_of::<Params>() == 336);
 // The byte ranges audit/rules.toml names: kv_lens 40..48, scalars (strides first) from 136.
 const _: () = assert!(std::mem::offset_of!(Params, strides) == 136);
 
@@ -291,6 +296,7 @@ struct FastCfg {
 #[derive(Debug)]
 pub(crate) struct Exact {
     prepare: [Kernel; 3],
+    scan: [Kernel; 3],
     reject_part: Kernel,
     reject: Kernel,
     fast: [[Kernel; 3]; 3],
@@ -320,11 +326,12 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Whether a call runs `prepare` on K and V (the scan of `check`, or kernels that read the
-    /// prepared rows: every one but the decode kernels), so that the prepared K and V rows,
-    /// their shifts and flags exist: sized in `scratch`, written in full first (`written_first`).
-    fn prepares_kv(&self, check: bool) -> bool {
-        check || self.dec.is_none()
+    /// Whether a call runs `prepare` on K and V (for the kernels that read the prepared rows:
+    /// every one but the decode kernels, whose `check` scans the caller's rows instead), so that
+    /// the prepared K and V rows, their shifts and flags exist: sized in `scratch`, written in full
+    /// first (`written_first`).
+    fn prepares_kv(&self) -> bool {
+        self.dec.is_none()
     }
 }
 
@@ -417,6 +424,7 @@ impl Exact {
         let by_dt = |stem: &str, smem: u32| by_dt_abi(stem, smem, &abi);
         Ok(Exact {
             prepare: by_dt("detattn_prepare", 0)?,
+            scan: by_dt("detattn_scan", 0)?,
             reject_part: module.kernel("detattn_reject_part", 0, &abi)?,
             reject: module.kernel("detattn_reject_flags", 0, &abi)?,
             fast: [
@@ -575,12 +583,16 @@ impl GpuPath for Exact {
     }
 
     fn scratch(&self, p: &Problem, pl: &Plan, check: bool) -> Vec<usize> {
-        // The prepared query rows are only read by the generic kernel and the device scan (the
-        // fast kernels prepare their own); without either they take 4 bytes, not B·Hq·Sq·DP·4.
-        // The decode kernels prepare nothing: the prepared K and V exist for the scan only.
+        // The prepared query rows are only read by the generic kernel and the prepared rows' scan
+        // (the fast kernels prepare their own); without either they take 4 bytes, not
+        // B·Hq·Sq·DP·4. The decode kernels prepare nothing, and their scan reads the caller's rows.
         let generic = pl.fast.is_none() && pl.dec.is_none();
-        let q_rows = if check || generic { pl.nq } else { 1 };
-        let kv_rows = if pl.prepares_kv(check) { pl.nkv } else { 1 };
+        let q_rows = if (check && pl.dec.is_none()) || generic {
+            pl.nq
+        } else {
+            1
+        };
+        let kv_rows = if pl.prepares_kv() { pl.nkv } else { 1 };
         let f32s = |n: usize| 4 * n.max(1);
         let mut sizes = vec![
             f32s(if check { 3 + 3 * REJECT_PARTS } else { 3 }), // flags
@@ -617,8 +629,8 @@ impl GpuPath for Exact {
     /// `Compute`) and writes all `DP` elements of every row of every KV head, the padding rows
     /// past Skv and the columns past D as zeros (kernels/exact.cu, `prepare`; its launches cover
     /// `skv_pad` rows of `B · max(Hq, Hkv)` heads). The other buffers stay zeroed.
-    fn written_first(&self, _p: &Problem, pl: &Plan, check: bool) -> Vec<bool> {
-        let prepared = pl.prepares_kv(check);
+    fn written_first(&self, _p: &Problem, pl: &Plan, _check: bool) -> Vec<bool> {
+        let prepared = pl.prepares_kv();
         vec![false, false, prepared, prepared]
     }
 
@@ -637,18 +649,31 @@ impl GpuPath for Exact {
         let base = self.params(p, pl, io, sc);
         let mut out = Vec::new();
         match step {
+            Step::Check if pl.dec.is_some() => {
+                let prm = Params {
+                    scan_rq: scan_chunk(s_planes(p, true), p.shape().q_len)?,
+                    scan_rkv: scan_chunk(s_planes(p, false), p.shape().kv_len)?,
+                    scan_vec: [io.q, io.k, io.v]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| i32::from(rows_in_units(t, p.shape().head_dim, pl.es)) << i)
+                        .sum(),
+                    ..base
+                };
+                out.push(Launch {
+                    kernel: self.scan[pl.dt].clone(),
+                    grid: (REJECT_PARTS as u32, 3, 1),
+                    block: SCAN_THREADS,
+                    smem: 0,
+                    params: ParamBytes::one(&prm),
+                    early: false,
+                });
+                out.push(self.reject_launch(&self.reject, 1, &base));
+            }
             Step::Check => {
                 self.prepare(p, pl, &base, true, &mut out);
-                for (kernel, blocks) in [(&self.reject_part, REJECT_PARTS), (&self.reject, 1)] {
-                    out.push(Launch {
-                        kernel: kernel.clone(),
-                        grid: (blocks as u32, 1, 1),
-                        block: REJECT_THREADS,
-                        smem: 0,
-                        params: ParamBytes::one(&base),
-                        early: false,
-                    });
-                }
+                out.push(self.reject_launch(&self.reject_part, REJECT_PARTS, &base));
+                out.push(self.reject_launch(&self.reject, 1, &base));
             }
             Step::Compute { .. } if pl.dec.is_some() => self.decode(p, pl, io, sc, &mut out),
             Step::Compute { checked } => {
@@ -662,7 +687,39 @@ impl GpuPath for Exact {
     }
 }
 
+/// Heads of Q (`q`) or of K and V: the planes of `S` rows a scan cuts into chunks.
+fn s_planes(p: &Problem, q: bool) -> usize {
+    let s = p.shape();
+    s.batch * if q { s.q_heads } else { s.kv_heads }
+}
+
+/// Rows of one head a chunk of `detattn_scan_*` reads (kernels/exact.cu, "Reject scan of a
+/// decode"): about a thousandth of the tensor's rows, at least 64 and at most a head's `s`, so
+/// that `REJECT_PARTS` blocks share about a thousand chunks evenly and a chunk's two divisions
+/// are few against its rows. The kernel indexes chunks in 31 bits.
+fn scan_chunk(planes: usize, s: usize) -> Result<i32> {
+    let rows = planes * s;
+    let rpc = rows.div_ceil(1024).max(64).min(s).max(1);
+    let chunks = planes * s.div_ceil(rpc);
+    if chunks > i32::MAX as usize {
+        return Err(too_large("scan chunks"));
+    }
+    Ok(rpc as i32)
+}
+
 impl Exact {
+    /// A launch of one of the flag reductions (`detattn_reject_part`, `detattn_reject_flags`).
+    fn reject_launch(&self, kernel: &Kernel, blocks: usize, base: &Params) -> Launch {
+        Launch {
+            kernel: kernel.clone(),
+            grid: (blocks as u32, 1, 1),
+            block: REJECT_THREADS,
+            smem: 0,
+            params: ParamBytes::one(base),
+            early: false,
+        }
+    }
+
     fn params(&self, p: &Problem, pl: &Plan, io: &Io, sc: Scratch) -> Params {
         let s = p.shape();
         let layout = p.mask();

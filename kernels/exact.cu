@@ -65,7 +65,10 @@ struct Params {
     int top_left;           // causal alignment: 1 = top-left (j <= i), 0 = bottom-right (numerics.md §1)
     // scan (decodes under Reject): rows of one head a chunk of Q and of K/V, and which of Q, K, V
     // (bits 0, 1, 2) read in 16-byte units (rows aligned, whole units)
-    int scan_rq, scan_rkv, scan_vec;  // (336 bytes)
+    int scan_rq, scan_rkv, scan_vec;
+    // scan and the reject_flags after it: the scan's blocks a tensor (<= REJECT_PARTS; 0: all)
+    int scan_parts;
+    int pad_;  // (344 bytes)
 };
 
 // ------------------------------------------------------------------------------ element types
@@ -194,13 +197,15 @@ __device__ __forceinline__ void store_out(typename E::T* out, long long idx, flo
     E::store_bits(out, idx, (E::NAN_BITS & m) | (E::round_bits(o) & ~m));
 }
 
-// Integer division of public indices (block and row numbers by shape values) in 32 fixed
-// shift-subtract steps: the compiler's `/` on a run-time divisor uses MUFU.RCP (and a CALL for
-// 64 bits), which the audit forbids on this path. Used a few times per block or warp only.
-__device__ __forceinline__ unsigned udiv(unsigned n, unsigned d) {
+// Integer division of public indices (block and row numbers by shape values) in NB fixed
+// shift-subtract steps, for n < 2^NB (udiv: any n): the compiler's `/` on a run-time divisor uses
+// MUFU.RCP (and a CALL for 64 bits), which the audit forbids on this path. Used a few times per
+// block or warp only; each step waits on the last, so fewer bits are a shorter chain.
+template <int NB>
+__device__ __forceinline__ unsigned udiv_bits(unsigned n, unsigned d) {
     unsigned q = 0u, r = 0u;
 #pragma unroll
-    for (int i = 31; i >= 0; --i) {
+    for (int i = NB - 1; i >= 0; --i) {
         r = (r << 1) | ((n >> i) & 1u);
         const unsigned ge = mask_of(r >= d);
         r -= d & ge;
@@ -208,6 +213,7 @@ __device__ __forceinline__ unsigned udiv(unsigned n, unsigned d) {
     }
     return q;
 }
+__device__ __forceinline__ unsigned udiv(unsigned n, unsigned d) { return udiv_bits<32>(n, d); }
 
 // One past the last key row i of batch b sees, by position (key length, causal and its
 // alignment, numerics.md §1): public.
@@ -428,7 +434,8 @@ extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_part
 }
 extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_flags(const Params P) {
     unsigned f[3] = {0u, 0u, 0u};
-    for (int i = threadIdx.x; i < REJECT_PARTS; i += REJECT_THREADS)
+    const int parts = P.scan_parts > 0 ? P.scan_parts : REJECT_PARTS;  // public
+    for (int i = threadIdx.x; i < parts; i += REJECT_THREADS)
         for (int t = 0; t < 3; ++t) f[t] |= P.flags[3 + 3 * i + t];
     reject_or(f, P.flags);
 }
@@ -438,11 +445,12 @@ extern "C" __global__ void __launch_bounds__(REJECT_THREADS) detattn_reject_flag
 // The decode kernels read the caller's rows and prepare none, so a decode under Reject scans Q, K
 // and V where they lie instead of preparing them (until 2026-11-29 `prepare` wrote f32 copies of K
 // and V for the scan alone: 1.9 ms of a 2 ms Python call at a decode of B32 on an H200;
-// docs/perf.md, "Reject's scan"). Grid (REJECT_PARTS, 3), blockIdx.y the tensor (0 Q, 1 K, 2 V):
+// docs/perf.md, "Reject's scan"). Grid (scan_parts, 3), blockIdx.y the tensor (0 Q, 1 K, 2 V):
 // block x ORs whether an element it reads is NaN or ±inf into flags[3 + 3x + y], which
 // detattn_reject_flags then ORs as it does reject_part's words. A tensor's rows (b, h, s) are cut
-// into chunks of scan_r{q,kv} rows of one head (src/cuda/exact.rs picks them); block x takes
-// chunks x, x + REJECT_PARTS, …, so a row's address needs no division. A warp reads rpw rows a
+// into chunks of scan_r{q,kv} rows of one head (src/cuda/exact.rs picks them, and scan_parts: at
+// most REJECT_PARTS, at most the chunks of the larger tensor); block x takes chunks x, x +
+// scan_parts, …, so a row's address needs no division. A warp reads rpw rows a
 // pass, lane (sub, c) unit c of row sub, scan_passes() passes' loads issued together;
 // a unit is 16 bytes where every row of the tensor is 16-byte aligned and whole units (scan_vec),
 // else one element. Only the rows' D elements are read (never a padded layout's gaps). Shapes,
@@ -473,7 +481,7 @@ __host__ __device__ constexpr int scan_passes() { return VEC ? 6 : 4; }
 
 template <class E, bool VEC>
 __device__ __forceinline__ unsigned scan_tensor(const typename E::T* base, long long bs, long long hs, long long ss,
-                                                int planes, int H, int S, int D, int rpc) {
+                                                int planes, int H, int S, int D, int rpc, unsigned parts) {
     typedef typename E::T T;
     constexpr int NP = scan_passes<VEC>();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -484,17 +492,20 @@ __device__ __forceinline__ unsigned scan_tensor(const typename E::T* base, long 
     const int sub = lane >> lg, c0 = lane & ((1 << lg) - 1);
     const int ku = (U + 31) >> 5;  // units a lane a row, past 32 units
     const int step = NP * (SCAN_T / 32) * rpw;
-    // Chunk ch is part `part` of head `plane` = (b, h); the block's next chunk is REJECT_PARTS
+    // Chunk ch is part `part` of head `plane` = (b, h); the block's next chunk is `parts`
     // further, i.e. dq heads and dr parts on (dq = db heads of H and dh more): stepped, not
-    // divided again (each udiv is a chain of 32 steps, once here).
+    // divided again. blockIdx.x, parts, dq and plane0 are at most REJECT_PARTS = 256, so those
+    // divisions take nine steps, not 32: a block's set-up before its first load is one chain.
+    static_assert(REJECT_PARTS < 512, "nine-bit divisions");
     const unsigned cs = udiv((unsigned)(S + rpc - 1), (unsigned)rpc);  // chunks a head
     const unsigned nch = (unsigned)planes * cs;                         // < 2^31: the host's condition
-    const unsigned plane0 = udiv(blockIdx.x, cs), dq = udiv(REJECT_PARTS, cs);
-    const unsigned dr = REJECT_PARTS - dq * cs, db = udiv(dq, (unsigned)H), dh = dq - db * H;
-    unsigned part = blockIdx.x - plane0 * cs, b = udiv(plane0, (unsigned)H), h = plane0 - b * H;
     unsigned bad = 0u;
+    if (blockIdx.x >= nch) return bad;  // no chunk for this block (position)
+    const unsigned plane0 = udiv_bits<9>(blockIdx.x, cs), dq = udiv_bits<9>(parts, cs);
+    const unsigned dr = parts - dq * cs, db = udiv_bits<9>(dq, (unsigned)H), dh = dq - db * H;
+    unsigned part = blockIdx.x - plane0 * cs, b = udiv_bits<9>(plane0, (unsigned)H), h = plane0 - b * H;
 #pragma unroll 1
-    for (unsigned ch = blockIdx.x; ch < nch; ch += REJECT_PARTS) {
+    for (unsigned ch = blockIdx.x; ch < nch; ch += parts) {
         const T* pb = base + ((long long)b * bs + (long long)h * hs);
         const int s0 = (int)part * rpc, s1 = min(S, s0 + rpc);
 #pragma unroll 1
@@ -562,9 +573,9 @@ __device__ __forceinline__ void scan(const Params& P) {
     }
     unsigned bad;
     if ((P.scan_vec >> t) & 1)
-        bad = scan_tensor<E, true>((const T*)base, bs, hs, ss, P.B * h, h, s, P.D, rpc);
+        bad = scan_tensor<E, true>((const T*)base, bs, hs, ss, P.B * h, h, s, P.D, rpc, (unsigned)P.scan_parts);
     else
-        bad = scan_tensor<E, false>((const T*)base, bs, hs, ss, P.B * h, h, s, P.D, rpc);
+        bad = scan_tensor<E, false>((const T*)base, bs, hs, ss, P.B * h, h, s, P.D, rpc, (unsigned)P.scan_parts);
     __shared__ unsigned part[SCAN_T / 32];
     for (int o = 16; o > 0; o >>= 1) bad |= __shfl_xor_sync(0xFFFFFFFFu, bad, o);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = bad;

@@ -92,7 +92,7 @@ impl Strides {
 }
 
 /// The kernel ABI, field for field the `Params` struct of kernels/exact.cu (pointers as device
-/// addresses, then the 64-bit strides, then 32-bit scalars; 336 bytes). Change both together, and
+/// addresses, then the 64-bit strides, then 32-bit scalars; 344 bytes). Change both together, and
 /// the byte ranges of the `detattn_*` entries of audit/rules.toml.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -132,9 +132,11 @@ struct Params {
     scan_rq: i32,
     scan_rkv: i32,
     scan_vec: i32,
+    scan_parts: i32,
+    pad: i32,
 }
 
-const _: () = assert!(std::mem::size_of::<Params>() == 336);
+const _: () = assert!(std::mem::size_of::<Params>() == 344);
 // The byte ranges audit/rules.toml names: kv_lens 40..48, scalars (strides first) from 136.
 const _: () = assert!(std::mem::offset_of!(Params, strides) == 136);
 
@@ -649,27 +651,7 @@ impl GpuPath for Exact {
         let base = self.params(p, pl, io, sc);
         let mut out = Vec::new();
         match step {
-            Step::Check if pl.dec.is_some() => {
-                let prm = Params {
-                    scan_rq: scan_chunk(s_planes(p, true), p.shape().q_len)?,
-                    scan_rkv: scan_chunk(s_planes(p, false), p.shape().kv_len)?,
-                    scan_vec: [io.q, io.k, io.v]
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| i32::from(rows_in_units(t, p.shape().head_dim, pl.es)) << i)
-                        .sum(),
-                    ..base
-                };
-                out.push(Launch {
-                    kernel: self.scan[pl.dt].clone(),
-                    grid: (REJECT_PARTS as u32, 3, 1),
-                    block: SCAN_THREADS,
-                    smem: 0,
-                    params: ParamBytes::one(&prm),
-                    early: false,
-                });
-                out.push(self.reject_launch(&self.reject, 1, &base));
-            }
+            Step::Check if pl.dec.is_some() => self.scan(p, pl, io, &base, &mut out)?,
             Step::Check => {
                 self.prepare(p, pl, &base, true, &mut out);
                 out.push(self.reject_launch(&self.reject_part, REJECT_PARTS, &base));
@@ -687,24 +669,24 @@ impl GpuPath for Exact {
     }
 }
 
-/// Heads of Q (`q`) or of K and V: the planes of `S` rows a scan cuts into chunks.
-fn s_planes(p: &Problem, q: bool) -> usize {
-    let s = p.shape();
-    s.batch * if q { s.q_heads } else { s.kv_heads }
-}
-
-/// Rows of one head a chunk of `detattn_scan_*` reads (kernels/exact.cu, "Reject scan of a
-/// decode"): about a thousandth of the tensor's rows, at least 64 and at most a head's `s`, so
-/// that `REJECT_PARTS` blocks share about a thousand chunks evenly and a chunk's two divisions
-/// are few against its rows. The kernel indexes chunks in 31 bits.
-fn scan_chunk(planes: usize, s: usize) -> Result<i32> {
-    let rows = planes * s;
-    let rpc = rows.div_ceil(1024).max(64).min(s).max(1);
+/// How `detattn_scan_*` cuts Q (`q`) or K and V (kernels/exact.cu, "Reject scan of a decode"):
+/// the rows of one head a chunk reads, and the tensor's chunks. About a thousandth of its rows, at
+/// least 64 and at most a head's, so that `REJECT_PARTS` blocks share about a thousand chunks
+/// evenly and a block's set-up is little against its rows. The kernel indexes chunks in 31 bits.
+fn scan_chunks(p: &Problem, q: bool) -> Result<(i32, usize)> {
+    let sh = p.shape();
+    let (heads, s) = if q {
+        (sh.q_heads, sh.q_len)
+    } else {
+        (sh.kv_heads, sh.kv_len)
+    };
+    let planes = sh.batch * heads;
+    let rpc = (planes * s).div_ceil(1024).max(64).min(s).max(1);
     let chunks = planes * s.div_ceil(rpc);
     if chunks > i32::MAX as usize {
         return Err(too_large("scan chunks"));
     }
-    Ok(rpc as i32)
+    Ok((rpc as i32, chunks))
 }
 
 impl Exact {
@@ -718,6 +700,42 @@ impl Exact {
             params: ParamBytes::one(base),
             early: false,
         }
+    }
+
+    /// `Reject`'s check of a decode: `detattn_scan_*` over the caller's Q, K and V, then
+    /// `detattn_reject_flags` over its words. As many blocks a tensor as the larger has chunks,
+    /// `REJECT_PARTS` at most: a small decode's grid is then one wave, not 768 blocks most of
+    /// which find no chunk.
+    fn scan(
+        &self,
+        p: &Problem,
+        pl: &Plan,
+        io: &Io,
+        base: &Params,
+        out: &mut Vec<Launch>,
+    ) -> Result<()> {
+        let (rq, cq) = scan_chunks(p, true)?;
+        let (rkv, ckv) = scan_chunks(p, false)?;
+        let parts = cq.max(ckv).min(REJECT_PARTS);
+        let vec =
+            |i: usize, t: &DevTensor| i32::from(rows_in_units(t, p.shape().head_dim, pl.es)) << i;
+        let prm = Params {
+            scan_rq: rq,
+            scan_rkv: rkv,
+            scan_vec: vec(0, &io.q) | vec(1, &io.k) | vec(2, &io.v),
+            scan_parts: parts as i32,
+            ..*base
+        };
+        out.push(Launch {
+            kernel: self.scan[pl.dt].clone(),
+            grid: (parts as u32, 3, 1),
+            block: SCAN_THREADS,
+            smem: 0,
+            params: ParamBytes::one(&prm),
+            early: false,
+        });
+        out.push(self.reject_launch(&self.reject, 1, &prm));
+        Ok(())
     }
 
     fn params(&self, p: &Problem, pl: &Plan, io: &Io, sc: Scratch) -> Params {

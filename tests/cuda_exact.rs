@@ -897,7 +897,7 @@ fn reject_scan_finds_a_nonfinite_anywhere() {
 /// are accepted with the contiguous run's bits (a scan that read a gap would refuse them); a NaN,
 /// +inf or −inf planted at the first or last element of a row, in rows at both ends of each
 /// tensor and in seeded ones, is refused as the host entry (the CPU's scan, on the same layout)
-/// refuses it. Head dims 36 (2-byte rows not whole 16-byte units), 37 and 128, every dtype, a
+/// refuses it, `out` untouched. Head dims 36 (2-byte rows not whole 16-byte units), 37 and 128, every dtype, a
 /// decode (`detattn_scan_*`) and a prefill (`prepare`'s flags).
 #[test]
 fn reject_scan_reads_every_layout_and_nothing_else() {
@@ -924,7 +924,7 @@ fn reject_scan_reads_every_layout_and_nothing_else() {
     gpu_common::loud(&format!(
         "{test}: {calls} device calls under Reject (f32/f16/bf16, D 36/37/128, decode and \
          prefill, three strided layouts with NaN between the rows): each the host entry's \
-         verdict on the same layout, on {}",
+         verdict on the same layout, out untouched when refused, on {}",
         e.describe()
     ));
 }
@@ -1001,7 +1001,14 @@ fn layout_scan_case<T: Element + DeviceRepr>(e: &Engine, p: &Problem) -> usize {
                         "{ctx}: device bits"
                     );
                 }
-                (Err(h), Err(d)) => assert_eq!(d, h, "{ctx}"),
+                (Err(h), Err(d)) => {
+                    assert_eq!(d, h, "{ctx}");
+                    let seven = T::from_f32_rne(7.0).to_bits_u32();
+                    assert!(
+                        bits(&got).iter().all(|&b| b == seven),
+                        "{ctx}: out was written"
+                    );
+                }
                 _ => panic!("{ctx}: host entry {hr:?}, device entry {dr:?}"),
             }
             hr.is_ok()
